@@ -1,0 +1,267 @@
+"""Typed query IR: every query is the average over records of a per-record vector function.
+
+A query ``q`` maps each record ``x`` to a vector ``v(x)`` with entries in [0, 1] and answers
+``q(D) = (1/n) * sum_{x in D} v(x)`` (the *cells* of the answer). All thresholds and moments live
+on the public [0, 1] scale of :mod:`dpql.domain`.
+
+Neighbouring relation (used for every sensitivity below): **replace-one** with the *public* row
+count ``n`` from the spec: D and D' have the same n rows and differ in one record. Then
+
+* a vector query whose per-record vector has at most one non-zero entry, at most 1
+  (marginals, prefix-by-label, halfspace-by-label) has L1 sensitivity 2/n and L2 sensitivity
+  sqrt(2)/n: the changed record leaves one cell and enters another;
+* a scalar query with values in [0, 1] (count, moment, prefix without label) has L1 = L2 = 1/n.
+
+Queries are frozen, hashable values; their identity is their content, so a plan is reproducible
+and can be hashed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from dpql.domain import Domain
+
+# --------------------------------------------------------------------------------------------
+# Predicates (resolved: numeric thresholds are on the [0, 1] scale, categories are codes)
+
+CmpOp = Literal["<", "<=", ">", ">="]
+
+
+@dataclass(frozen=True)
+class NumCmp:
+    """``u(column) OP threshold`` with ``u`` the column scaled to [0, 1]."""
+
+    column: str
+    op: CmpOp
+    threshold: float
+
+
+@dataclass(frozen=True)
+class CatIn:
+    """``column`` takes one of the category ``codes`` (``==``, ``!=`` and ``in`` resolve here)."""
+
+    column: str
+    codes: frozenset[int]
+
+
+@dataclass(frozen=True)
+class And:
+    items: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Pred
+
+
+@dataclass(frozen=True)
+class TruePred:
+    """The predicate that always holds (a moment with no condition)."""
+
+
+Pred = NumCmp | CatIn | And | Or | Not | TruePred
+
+
+def pred_columns(p: Pred) -> tuple[str, ...]:
+    """Columns a predicate reads, in first-use order."""
+    out: list[str] = []
+
+    def walk(q: Pred) -> None:
+        if isinstance(q, NumCmp | CatIn):
+            if q.column not in out:
+                out.append(q.column)
+        elif isinstance(q, And | Or):
+            for i in q.items:
+                walk(i)
+        elif isinstance(q, Not):
+            walk(q.item)
+
+    walk(p)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Queries
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """L1 and L2 sensitivity of one query's answer vector under replace-one neighbours."""
+
+    l1: float
+    l2: float
+
+
+def _vector_sensitivity(n: int) -> Sensitivity:
+    return Sensitivity(2.0 / n, math.sqrt(2.0) / n)
+
+
+def _scalar_sensitivity(n: int) -> Sensitivity:
+    return Sensitivity(1.0 / n, 1.0 / n)
+
+
+@dataclass(frozen=True)
+class Marginal:
+    """The k-way marginal over ``columns``: cell indicators, numeric columns by public bins.
+
+    Cells are in row-major (C) order of the columns' codes.
+    """
+
+    columns: tuple[str, ...]
+
+    kind = "marginal"
+
+    def cells(self, domain: Domain) -> int:
+        return domain.cells(self.columns)
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        return _vector_sensitivity(n)
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """Prefix (range) query: ``1{u_j <= t_j for all j}``, split by the values of ``by``."""
+
+    columns: tuple[str, ...]
+    thresholds: tuple[float, ...]
+    by: str | None = None
+
+    kind = "prefix"
+
+    def cells(self, domain: Domain) -> int:
+        return domain.card(self.by) if self.by else 1
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        return _vector_sensitivity(n) if self.by else _scalar_sensitivity(n)
+
+
+@dataclass(frozen=True)
+class Halfspace:
+    """Class-conditional halfspace: ``1{<theta, u> > tau} * 1{by = c}`` for each value c of by.
+
+    RAP++ Definition 4 / 12 (`rap_pp.md` section 3.3), with the upper half-space (">") so the
+    exact and relaxed forms agree (digest pitfall 4).
+    """
+
+    columns: tuple[str, ...]
+    theta: tuple[float, ...]
+    tau: float
+    by: str
+
+    kind = "halfspace"
+
+    def cells(self, domain: Domain) -> int:
+        return domain.card(self.by)
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        return _vector_sensitivity(n)
+
+
+@dataclass(frozen=True)
+class Count:
+    """Fraction of records satisfying ``predicate``."""
+
+    predicate: Pred
+
+    kind = "count"
+
+    def cells(self, domain: Domain) -> int:
+        return 1
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        return _scalar_sensitivity(n)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """``mean(prod_j u_j * 1{given})`` over at most two numeric ``columns`` on the [0, 1] scale.
+
+    With no columns it is a count; with one a (conditional) first moment; with two a cross
+    moment. Values stay in [0, 1], so the sensitivity is that of a scalar query.
+    """
+
+    columns: tuple[str, ...]
+    given: Pred = TruePred()
+
+    kind = "moment"
+
+    def cells(self, domain: Domain) -> int:
+        return 1
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        return _scalar_sensitivity(n)
+
+
+Query = Marginal | Prefix | Halfspace | Count | Moment
+
+QUERY_KINDS: tuple[str, ...] = ("marginal", "prefix", "halfspace", "count", "moment")
+
+
+def query_columns(q: Query) -> tuple[str, ...]:
+    """All columns a query reads."""
+    if isinstance(q, Marginal):
+        return q.columns
+    if isinstance(q, Prefix | Halfspace):
+        return q.columns + ((q.by,) if q.by else ())
+    if isinstance(q, Count):
+        return pred_columns(q.predicate)
+    return q.columns + tuple(c for c in pred_columns(q.given) if c not in q.columns)
+
+
+# --------------------------------------------------------------------------------------------
+# Requirements (downstream analyses; expanded into measurements by the planner)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """``within t`` (absolute) or a bound such as ``accuracy >= 0.8``."""
+
+    within: float | None = None
+    metric: str | None = None
+    op: str | None = None
+    bound: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelRequirement:
+    """``logistic(y ~ x1 + ...)`` or ``linear(y ~ ...)``."""
+
+    model: Literal["logistic", "linear"]
+    label: str
+    features: tuple[str, ...]
+    tolerance: Tolerance
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class CorrRequirement:
+    a: str
+    b: str
+    tolerance: Tolerance
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class MeanRequirement:
+    column: str
+    given: Pred
+    tolerance: Tolerance
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class CountRequirement:
+    predicate: Pred
+    tolerance: Tolerance
+    text: str = ""
+
+
+Requirement = ModelRequirement | CorrRequirement | MeanRequirement | CountRequirement

@@ -1,0 +1,57 @@
+"""The private-measurement oracle: the only interface through which synthesizers learn about data.
+
+Synthesizers (``dpql.synth``) never import the data layer. They receive an object satisfying
+:class:`MeasurementOracle`, implemented by ``dpql.data.measure``, whose every method is a
+differentially private mechanism that appends an event to the release's ledger. Everything a
+synthesizer computes from the oracle's outputs is post-processing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from dpql.plan.ir import Query
+
+
+class MeasurementOracle(Protocol):
+    """Private access to the true answers of planned queries.
+
+    ``n`` is the *public* row count from the spec (the neighbouring relation is replace-one at
+    that n), so scores and sensitivities are computed without looking at the data.
+    """
+
+    @property
+    def n(self) -> int: ...
+
+    def measure(
+        self, queries: Sequence[Query], rho: float, *, phase: str, label: str
+    ) -> list[np.ndarray]:
+        """Gaussian mechanism on the concatenated answers of ``queries`` at total ``rho``-zCDP.
+
+        The L2 sensitivity is that of the concatenation (sqrt of the sum of squared per-query
+        L2 sensitivities). Returns one noisy answer vector per query (averages, not counts,
+        not clipped).
+        """
+        ...
+
+    def select(
+        self,
+        candidates: Sequence[Query],
+        synthetic_answers: Sequence[np.ndarray],
+        k: int,
+        rho: float,
+        *,
+        phase: str,
+        label: str,
+        penalty: Sequence[float] | None = None,
+    ) -> list[int]:
+        """One-shot Gumbel top-k over the L1 errors ``||a_q(D) - synthetic_q||_1 - penalty_q``.
+
+        ``synthetic_answers`` and ``penalty`` must be data-independent given the past noisy
+        measurements (post-processing). The score's sensitivity is the largest per-candidate L1
+        sensitivity (2/n for vector queries, 1/n for scalar ones). Returns candidate indices.
+        """
+        ...

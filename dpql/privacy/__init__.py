@@ -1,0 +1,1 @@
+"""dpql.privacy"""
