@@ -20,6 +20,7 @@ from dpql.plan.ir import (
     Count,
     Halfspace,
     Marginal,
+    ModelAccuracy,
     Moment,
     Not,
     NumCmp,
@@ -96,6 +97,71 @@ def _answer_sum(q: Query, t: EncodedTable) -> np.ndarray:
         for c in q.columns:
             w = w * t.scaled[c]
         return np.array([float(np.sum(w))])
+    if isinstance(q, ModelAccuracy):
+        return np.array(
+            [
+                float(model_scores(q, t.slice(s, s + ROW_CHUNK)).sum())
+                for s in range(0, t.n, ROW_CHUNK)
+            ]
+        )
+    raise TypeError(f"not a query: {q!r}")
+
+
+def design_matrix(features: Sequence[str], t: EncodedTable) -> np.ndarray:
+    """Design rows ``z(x)`` of :class:`~dpql.plan.ir.ModelAccuracy`: per feature in order, the
+    scaled value of a numeric column or one-hot indicators of *every* value of a categorical one.
+    """
+    blocks = []
+    for f in features:
+        if f in t.scaled:
+            blocks.append(t.scaled[f][:, None])
+        else:
+            blocks.append(np.eye(t.domain.card(f))[t.codes[f]])
+    return np.hstack(blocks) if blocks else np.zeros((t.n, 0))
+
+
+def model_scores(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
+    """Per-row score in [0, 1] of a fixed linear model (accuracy or clipped squared error)."""
+    z = design_matrix(q.features, t) @ np.asarray(q.coef, dtype=np.float64).T + np.asarray(
+        q.intercept
+    )
+    if q.model == "logistic":
+        return (np.argmax(z, axis=1) == t.codes[q.label]).astype(np.float64)
+    return (t.scaled[q.label] - np.clip(z[:, 0], 0.0, 1.0)) ** 2
+
+
+def per_row(q: Query, t: EncodedTable) -> np.ndarray:
+    """Per-record values ``v(x)`` of one query, shape ``(rows, cells)``; ``answer`` is their mean.
+
+    Used by post-processing (I-projection reweights rows by these) and by tests. Memory is
+    ``rows * cells`` floats: meant for scalar and small vector queries.
+    """
+    if isinstance(q, Marginal):
+        cards = [t.domain.card(c) for c in q.columns]
+        idx = np.zeros(t.n, dtype=np.int64)
+        for c, k in zip(q.columns, cards, strict=True):
+            idx = idx * k + t.codes[c]
+        out = np.zeros((t.n, int(np.prod(cards))))
+        out[np.arange(t.n), idx] = 1.0
+        return out
+    if isinstance(q, Prefix | Halfspace):
+        if isinstance(q, Prefix):
+            hit = np.ones(t.n, dtype=bool)
+            for c, thr in zip(q.columns, q.thresholds, strict=True):
+                hit &= t.scaled[c] <= thr
+        else:
+            hit = np.column_stack([t.scaled[c] for c in q.columns]) @ np.asarray(q.theta) > q.tau
+        hit = hit.astype(np.float64)[:, None]
+        return hit if q.by is None else hit * np.eye(t.domain.card(q.by))[t.codes[q.by]]
+    if isinstance(q, Count):
+        return eval_pred(q.predicate, t).astype(np.float64)[:, None]
+    if isinstance(q, Moment):
+        w = eval_pred(q.given, t).astype(np.float64)
+        for c in q.columns:
+            w = w * t.scaled[c]
+        return w[:, None]
+    if isinstance(q, ModelAccuracy):
+        return model_scores(q, t)[:, None]
     raise TypeError(f"not a query: {q!r}")
 
 

@@ -200,7 +200,40 @@ class Moment:
         return _scalar_sensitivity(n)
 
 
-Query = Marginal | Prefix | Halfspace | Count | Moment
+@dataclass(frozen=True)
+class ModelAccuracy:
+    """Per-record score of a *fixed* linear model (the DP acceptance test of a model requirement).
+
+    The design row ``z(x)`` lists, for each of ``features`` in order, the scaled value ``u`` of a
+    numeric column or the one-hot indicators of every value of a categorical column (see
+    :func:`dpql.plan.exact.design_matrix`). Scores are in [0, 1], so the sensitivity is that of a
+    scalar query (1/n under replace-one):
+
+    * ``logistic``: ``1{argmax_c (coef[c] . z + intercept[c]) == code(label)}`` -- accuracy;
+      ``coef`` has one row per value of the categorical ``label``.
+    * ``linear``: ``(u(label) - clip(coef[0] . z + intercept[0], 0, 1))**2`` -- squared error on
+      the [0, 1] scale of a numeric ``label``.
+
+    Added for ``dpql.accept`` (additive to the IR); data engines may evaluate it through
+    :mod:`dpql.plan.exact`.
+    """
+
+    model: Literal["logistic", "linear"]
+    features: tuple[str, ...]
+    label: str
+    coef: tuple[tuple[float, ...], ...]
+    intercept: tuple[float, ...]
+
+    kind = "model_accuracy"
+
+    def cells(self, domain: Domain) -> int:
+        return 1
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        return _scalar_sensitivity(n)
+
+
+Query = Marginal | Prefix | Halfspace | Count | Moment | ModelAccuracy
 
 QUERY_KINDS: tuple[str, ...] = ("marginal", "prefix", "halfspace", "count", "moment")
 
@@ -213,6 +246,8 @@ def query_columns(q: Query) -> tuple[str, ...]:
         return q.columns + ((q.by,) if q.by else ())
     if isinstance(q, Count):
         return pred_columns(q.predicate)
+    if isinstance(q, ModelAccuracy):
+        return (*q.features, q.label)
     return q.columns + tuple(c for c in pred_columns(q.given) if c not in q.columns)
 
 

@@ -1,0 +1,328 @@
+"""Command line: ``dpql plan | check | compile | verify | evaluate``.
+
+Exit codes: 0 success; 1 a problem in the user's input (spec, policy, data) or a failed check,
+reported as ``file:line:col: error[CODE]: message`` with a hint, never a traceback; 2 an internal
+error in dpql itself (a bug: please report it), or bad command-line usage (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dpql import __version__
+from dpql.diagnostics import Diagnostic, DiagnosticError, render_all, to_json
+
+EXIT_OK, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2
+
+out = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True)
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf"
+    return f"{x:.{digits}g}"
+
+
+def _report(diagnostics: Sequence[Diagnostic], fmt: str) -> None:
+    if fmt == "json":
+        print(to_json(diagnostics))
+    else:
+        err.print(render_all(diagnostics), markup=False, highlight=False)
+
+
+# ------------------------------------------------------------------------------------------
+# plan
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from dpql.plan.planner import build_plan
+    from dpql.spec.load import load_spec
+
+    t = time.perf_counter()
+    spec = load_spec(args.spec)
+    plan = build_plan(spec)
+    data = plan.to_json()
+    if args.output:
+        from dpql.compile import write_json
+
+        write_json(data, Path(args.output))
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    if spec.warnings:
+        _report(spec.warnings, "text")
+    b = plan.budget
+    out.print(f"[bold]{spec.model.name}[/]: {spec.rows} public rows, method [bold]{plan.method}[/]")
+    out.print(
+        f"budget: epsilon={_fmt(b.epsilon)} delta={_fmt(b.delta)} -> rho={_fmt(b.rho, 6)} zCDP "
+        "(tight conversion, Canonne-Kamath-Steinke 2020)"
+    )
+    q = Table(title="Workload queries")
+    q.add_column("class")
+    q.add_column("queries", justify="right")
+    q.add_column("cells", justify="right")
+    counts: dict[str, list[int]] = {}
+    for query in plan.queries:
+        c = counts.setdefault(query.kind, [0, 0])
+        c[0] += 1
+        c[1] += query.cells(spec.domain)
+    for kind, (k, cells) in counts.items():
+        q.add_row(kind, str(k), str(cells))
+    out.print(q)
+    n = spec.rows
+    bt = Table(title="Budget allocation")
+    for col in (
+        "phase",
+        "mechanism",
+        "releases",
+        "rho",
+        "noise (fraction of n)",
+        "noise (rows)",
+        "E|err| per cell",
+    ):
+        bt.add_column(col, justify="right" if col != "phase" else "left")
+    for line in plan.table.lines:
+        bt.add_row(
+            line.phase,
+            line.mechanism,
+            str(line.releases),
+            _fmt(line.rho, 4),
+            _fmt(line.noise_scale),
+            _fmt(
+                line.noise_scale * n if line.noise_scale and line.mechanism == "gaussian" else None
+            ),
+            _fmt(line.expected_abs_error),
+        )
+    out.print(bt)
+    out.print(f"allocated rho {_fmt(plan.table.total_rho, 6)} of {_fmt(b.rho, 6)}")
+    if plan.requirement_plans:
+        rt = Table(title="Requirements (predicted error of the DP measurement)")
+        for col in ("requirement", "predicted sd", "tolerance", "reachable", "smallest epsilon"):
+            rt.add_column(col)
+        for r in plan.requirement_plans:
+            reach = "-" if r.reachable is None else ("yes" if r.reachable else "no")
+            rt.add_row(
+                r.requirement.text,
+                _fmt(r.predicted_sd),
+                _fmt(r.tolerance),
+                reach,
+                _fmt(r.smallest_epsilon),
+            )
+        out.print(rt)
+    out.print(f"[dim]planned in {time.perf_counter() - t:.2f} s; no data was read[/]")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
+# check
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from dpql.check import check_policy
+    from dpql.plan.planner import build_plan
+    from dpql.spec.load import load_policy, load_spec
+
+    spec = load_spec(args.spec)
+    plan = build_plan(spec)
+    if not args.policy:
+        out.print(f"{args.spec}: ok (spec and plan valid; no policy given)")
+        return EXIT_OK
+    policy = load_policy(args.policy)
+    result = check_policy(spec, policy, policy.ledger_path, plan.budget.epsilon)
+    violations = getattr(result, "violations", result)
+    for v in violations:
+        print(f"{args.spec}: {v.code}: {v.message}")
+    summary = getattr(result, "summary", None)
+    if summary:
+        print(summary)
+    if violations:
+        return EXIT_INPUT
+    print(f"{args.spec}: ok (policy {args.policy})")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
+# compile
+
+
+def _progress() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+    tasks: dict[str, Any] = {}
+    bar.start()
+
+    def update(phase: str, step: int, total: int) -> None:
+        if phase not in tasks:
+            tasks[phase] = bar.add_task(phase, total=total)
+        bar.update(tasks[phase], completed=step, total=total)
+
+    return update, bar.stop
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from dpql.compile import compile_release
+
+    update, stop = _progress() if not args.quiet else (None, lambda: None)
+    try:
+        result = compile_release(args.spec, seed=args.seed, progress=update)
+    finally:
+        stop()
+    rec = result.record
+    spent = rec["privacy"]["spent"]
+    budget = rec["privacy"]["budget"]
+    out.print(f"[bold green]released[/] {result.table_path} ({rec['output']['rows']} rows)")
+    out.print(f"provenance {result.record_path}")
+    out.print(
+        f"privacy spent: epsilon={_fmt(spent['epsilon'], 6)} (budget {_fmt(budget['epsilon'])}), "
+        f"delta={_fmt(spent['delta'])}, rho={_fmt(spent['rho'], 6)} "
+        f"over {len(rec['privacy']['events'])} mechanism events"
+    )
+    synth = rec["synthesizer"]
+    if "mean_abs_error_vs_noisy" in synth:
+        out.print(
+            f"fit vs noisy measurements: mean |err| {_fmt(synth['mean_abs_error_vs_noisy'])}, "
+            f"max {_fmt(synth['max_abs_error_vs_noisy'])}"
+        )
+    for r in rec.get("requirements", []):
+        out.print(f"requirement {r.get('requirement')}: {r.get('verdict')}")
+    out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
+# verify
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from dpql.provenance import verify_record
+
+    path = Path(args.record)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DiagnosticError(
+            [
+                Diagnostic(
+                    "V000",
+                    f"cannot read the record: {exc}",
+                    hint="pass the .provenance.json written by dpql compile",
+                )
+            ]
+        ) from None
+    synthetic = Path(args.synthetic) if args.synthetic else None
+    problems = verify_record(record, synthetic)
+    for p in problems:
+        print(f"{path}: {p.code}: {p.message}")
+    if problems:
+        return EXIT_INPUT
+    spent = record["privacy"]["spent"]
+    print(
+        f"{path}: ok (epsilon {spent['epsilon']:.6g}, delta {spent['delta']:.3g} recomputed from "
+        f"{len(record['privacy']['events'])} events"
+        + (", output hash matches)" if synthetic else ")")
+    )
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
+# evaluate
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from dpql.evaluate.cli import run_evaluate
+
+    return run_evaluate(args)
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dpql", description="Compile differentially private synthetic-data releases."
+    )
+    p.add_argument("--version", action="version", version=f"dpql {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("plan", help="show the plan and predicted error; never reads data")
+    s.add_argument("spec")
+    s.add_argument("--output", help="write the plan as versioned JSON")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_plan)
+
+    s = sub.add_parser("check", help="validate a spec (and a policy) without data; for CI")
+    s.add_argument("spec")
+    s.add_argument("--policy")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser("compile", help="run the release: synthetic table + provenance record")
+    s.add_argument("spec")
+    s.add_argument("--seed", type=int, help="fixes optimisation and row sampling (never DP noise)")
+    s.add_argument("--quiet", action="store_true", help="no progress bars")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_compile)
+
+    s = sub.add_parser("verify", help="recompute a provenance record's accounting and hashes")
+    s.add_argument("record")
+    s.add_argument("--synthetic", help="the released table, to check its hash")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser(
+        "evaluate", help="curator-only utility report (uses private data; never publish)"
+    )
+    s.add_argument("spec")
+    s.add_argument("--synthetic", required=True)
+    s.add_argument("--holdout")
+    s.add_argument("--label")
+    s.add_argument("--output", default="report")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_evaluate)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except DiagnosticError as exc:
+        _report(exc.diagnostics, getattr(args, "format", "text"))
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        err.print("interrupted; no output was written")
+        return 130
+    except Exception as exc:
+        err.print(
+            f"internal error: {type(exc).__name__}: {exc}\n"
+            "This is a bug in dpql, not in your spec. Please report it with the command you ran.",
+            markup=False,
+        )
+        if "--debug" in sys.argv or __import__("os").environ.get("DPQL_DEBUG"):
+            raise
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())

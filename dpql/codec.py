@@ -1,0 +1,440 @@
+"""The public encoding of tables: raw data frame -> :class:`EncodedTable` -> data frame.
+
+Pure functions, no file I/O; used by the data layer (private rows) and by the synthesizers
+(synthetic rows). The encoding is the one of :mod:`dpql.domain`: a categorical value becomes its
+index in the declared ``values``; a numeric value is clipped to ``[lo, hi]``, scaled to [0, 1]
+(``scaled``) and given its public bin (``codes``, via ``NumericColumn.bin_of``).
+
+Cell semantics (every measurement engine implements exactly these, see ``dpql.data.sql``):
+
+* text is stripped of surrounding whitespace, column names too;
+* a cell is *missing* when it is null/NaN or blank text (``"?"`` is an ordinary category);
+* a numeric cell stored as text must read as a decimal number (``NUMBER_PATTERN``); anything else
+  (``"abc"``, ``"NaN"``, ``"inf"``) is a wrong type (E406), as is an infinite stored number;
+* a categorical cell not among the declared values is *undeclared*: mapped to the column's
+  ``other`` catch-all when the spec names one, else an error (E405) listing each value and how
+  many rows carry it;
+* a missing cell follows the column's :data:`MissingPolicy`: ``"error"`` (E407), ``"drop"`` the
+  row, or :class:`Fill` with a public value;
+* numeric values outside the public bounds are clipped; how many were clipped goes to the
+  curator-only :class:`CuratorLog`, never into a release output.
+
+Dropped rows are simply absent. Every DP calibration uses the *public* row count ``n`` of the
+spec, and averages are sums divided by that public ``n`` (see ``dpql.data.measure``), so the true
+number of rows after dropping is never needed by, nor revealed through, a mechanism.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from dpql.diagnostics import (
+    Diagnostic,
+    DiagnosticError,
+    DiagnosticSink,
+    SourcePos,
+    did_you_mean,
+)
+from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
+
+# A decimal number as text; no backslashes so the same pattern works in every SQL dialect.
+NUMBER_PATTERN = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
+MAX_EXAMPLES = 10  # undeclared values listed per column in an error
+
+# Stable codes of the data layer (E4xx); tests match on them.
+CODES: dict[str, str] = {
+    "E401": "data file cannot be opened (missing, a directory, no permission)",
+    "E402": "data format cannot be inferred from the file name",
+    "E403": "data file is empty, or no rows are left after dropping missing values",
+    "E404": "a column declared in the schema is absent from the data",
+    "E405": "categorical values not declared in the schema (and no 'other' catch-all)",
+    "E406": "a numeric cell is not a finite number, or a column's storage type cannot hold it",
+    "E407": "missing values in a column whose missing-value rule is 'error'",
+    "E408": "missing-value rule names an unknown column or a value outside the domain",
+    "E409": "data file is malformed (CSV syntax, gzip, Parquet, text encoding)",
+    "E410": "the measurement engine failed on the data (message from the engine)",
+}
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Replace a missing cell by this public value (a declared category, or a number in bounds)."""
+
+    value: str | float
+
+
+MissingPolicy = Literal["error", "drop"] | Fill
+
+
+@dataclass(frozen=True)
+class CuratorLog:
+    """What encoding did to the private table. CURATOR-ONLY: it holds the true row count and
+    per-column counts of private rows; it must never reach a release output or the oracle."""
+
+    source: str
+    rows_read: int
+    rows_kept: int
+    missing: Mapping[str, int] = field(default_factory=dict)
+    undeclared: Mapping[str, int] = field(default_factory=dict)
+    clipped_low: Mapping[str, int] = field(default_factory=dict)
+    clipped_high: Mapping[str, int] = field(default_factory=dict)
+    ignored_columns: tuple[str, ...] = ()
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class EncodingResult:
+    table: EncodedTable
+    curator_log: CuratorLog
+
+
+@dataclass(frozen=True)
+class ColumnIssues:
+    """Bad cells of one column, as found by an engine: ``invalid`` counts wrong-type (numeric)
+    or undeclared (categorical) cells; ``examples`` are ``(value, rows, first_row)`` with the
+    most frequent first (ties by first row), ``first_row`` 1-based over data rows."""
+
+    column: str
+    missing: int = 0
+    missing_first_row: int = 0
+    invalid: int = 0
+    invalid_distinct: int = 0
+    examples: tuple[tuple[str, int, int], ...] = ()
+    stored_as: str | None = None  # a storage type that cannot hold the column at all
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks and diagnostics shared by every engine
+
+
+def check_policies(
+    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
+) -> None:
+    """E408 when a policy names an unknown column or a fill/other value outside the domain."""
+    sink = DiagnosticSink()
+    for name in [*missing, *other]:
+        if name not in domain:
+            sink.error(
+                "E408",
+                f"missing-value rule for unknown column '{name}'",
+                hint=did_you_mean(name, domain.names),
+            )
+    for name, policy in missing.items():
+        col = domain[name] if name in domain else None
+        if isinstance(policy, Fill) and col is not None and not _is_member(col, policy.value):
+            sink.error(
+                "E408",
+                f"fill value {policy.value!r} of column '{name}' is not in its public domain",
+                hint="use a declared category or a number in [min, max]",
+            )
+    for name, value in other.items():
+        col = domain[name] if name in domain else None
+        if col is not None and not (isinstance(col, CategoricalColumn) and value in col.values):
+            sink.error(
+                "E408",
+                f"'other' category {value!r} of column '{name}' is not declared",
+                hint="the catch-all must be one of the column's values",
+            )
+    sink.raise_if_errors()
+
+
+def _is_member(col: NumericColumn | CategoricalColumn, value: str | float) -> bool:
+    if isinstance(col, CategoricalColumn):
+        return value in col.values
+    return not isinstance(value, str) and col.lo <= float(value) <= col.hi
+
+
+def column_diagnostics(
+    issues: ColumnIssues,
+    domain: Domain,
+    missing_policy: MissingPolicy,
+    has_other: bool,
+    source: str,
+    line_offset: int | None,
+) -> list[Diagnostic]:
+    """The errors one column's issues amount to under its policies (engine-independent text)."""
+
+    def pos(row: int) -> SourcePos:
+        return SourcePos(source, row + line_offset if line_offset is not None else 0)
+
+    col = domain[issues.column]
+    out: list[Diagnostic] = []
+    if issues.stored_as is not None:
+        want = "numbers" if isinstance(col, NumericColumn) else "text or integers"
+        out.append(
+            Diagnostic(
+                "E406",
+                f"column '{col.name}' is stored as {issues.stored_as}; "
+                f"the schema declares it {col.kind}, which needs {want}",
+                SourcePos(source),
+                "store the column as text or numbers",
+            )
+        )
+        return out
+    if issues.invalid and isinstance(col, NumericColumn):
+        value, _, row = issues.examples[0]
+        out.append(
+            Diagnostic(
+                "E406",
+                f"column '{col.name}' is numeric but {_rows(issues.invalid)} hold something that "
+                f"is not a finite number, e.g. {value!r} at row {row}",
+                pos(row),
+                "fix the data; write a missing value as an empty cell",
+            )
+        )
+    elif issues.invalid and not has_other:
+        listed = ", ".join(f"{v!r} ({_rows(c)})" for v, c, _ in issues.examples)
+        more = issues.invalid_distinct - len(issues.examples)
+        listed += f" and {more} more value(s)" if more > 0 else ""
+        close = did_you_mean(issues.examples[0][0], col.values)  # type: ignore[union-attr]
+        out.append(
+            Diagnostic(
+                "E405",
+                f"column '{col.name}' has {_rows(issues.invalid)} with values not declared in "
+                f"the schema: {listed}",
+                pos(issues.examples[0][2]),
+                (close + " " if close else "") + "declare the values under schema."
+                f"{col.name}.values, fix the data, or name an 'other' catch-all category",
+            )
+        )
+    if issues.missing and missing_policy == "error":
+        out.append(
+            Diagnostic(
+                "E407",
+                f"column '{col.name}' has {issues.missing} missing value(s), the first at row "
+                f"{issues.missing_first_row}",
+                pos(issues.missing_first_row),
+                f"set schema.{col.name}.missing to drop, fill or other, or fix the data",
+            )
+        )
+    return out
+
+
+def _rows(count: int) -> str:
+    return f"{count} row" if count == 1 else f"{count} rows"
+
+
+def column_set_diagnostics(
+    present: list[str], domain: Domain, source: str
+) -> tuple[list[Diagnostic], tuple[str, ...]]:
+    """E404 for declared columns the data lacks; returns the undeclared (ignored) ones too."""
+    extra = tuple(c for c in present if c not in domain)
+    out = [
+        Diagnostic(
+            "E404",
+            f"the data has no column '{name}' declared in the schema",
+            SourcePos(source, 1 if extra or present else 0),
+            did_you_mean(name, extra) or "add the column to the data or remove it from the schema",
+        )
+        for name in domain.names
+        if name not in present
+    ]
+    return out, extra
+
+
+def raise_if_any(diagnostics: list[Diagnostic]) -> None:
+    if diagnostics:
+        raise DiagnosticError(diagnostics)
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding a pandas frame
+
+
+def _storage(s: pd.Series) -> Literal["text", "exact", "float", "other"]:
+    if pd.api.types.is_bool_dtype(s):
+        return "other"
+    if pd.api.types.is_integer_dtype(s):
+        return "exact"
+    if pd.api.types.is_float_dtype(s):
+        return "float"
+    if pd.api.types.is_string_dtype(s) or s.dtype == object:
+        return "text"
+    return "other"
+
+
+def _first_rows(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0]) + 1
+
+
+def _examples(values: pd.Series, bad: np.ndarray) -> tuple[tuple[tuple[str, int, int], ...], int]:
+    rows = pd.DataFrame({"v": values[bad].astype(str).to_numpy(), "r": np.flatnonzero(bad) + 1})
+    stats = rows.groupby("v", sort=False)["r"].agg(["size", "min"])
+    stats = stats.sort_values(["size", "min"], ascending=[False, True])
+    top = tuple(
+        (str(v), int(c), int(r))
+        for v, c, r in zip(stats.index[:MAX_EXAMPLES], stats["size"], stats["min"], strict=False)
+    )
+    return top, len(stats)
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """One column read from a frame: values (float64 for numeric, int64 codes for categorical;
+    meaningless where ``missing`` or ``invalid``) and its issues."""
+
+    values: np.ndarray
+    missing: np.ndarray
+    invalid: np.ndarray
+    issues: ColumnIssues
+
+
+def _blank(text: pd.Series) -> np.ndarray:
+    return (text.isna() | (text == "")).to_numpy(dtype=bool)
+
+
+def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
+    kind = _storage(s)
+    if kind == "other":
+        return _unusable(col.name, s)
+    if kind == "text":
+        text = s.astype("string").str.strip()
+        missing = _blank(text)
+        ok = text.str.fullmatch(NUMBER_PATTERN).fillna(False).to_numpy(dtype=bool)
+        invalid = ~missing & ~ok
+        numbers = pd.to_numeric(text.where(ok), errors="coerce")
+        values = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        text = s
+        values = s.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+        missing = np.isnan(values)
+        invalid = np.isinf(values)
+    return _Parsed(values, missing, invalid, _issues(col.name, text, missing, invalid))
+
+
+def _parse_categorical(col: CategoricalColumn, s: pd.Series) -> _Parsed:
+    if _storage(s) in ("float", "other"):
+        return _unusable(col.name, s)
+    text = s.astype("string").str.strip()
+    missing = _blank(text)
+    codes = pd.Categorical(text, categories=list(col.values)).codes.astype(np.int64)
+    invalid = ~missing & (codes < 0)
+    return _Parsed(codes, missing, invalid, _issues(col.name, text, missing, invalid))
+
+
+def _unusable(name: str, s: pd.Series) -> _Parsed:
+    none = np.zeros(len(s), dtype=bool)
+    return _Parsed(np.zeros(len(s)), none, none, ColumnIssues(name, stored_as=str(s.dtype)))
+
+
+def _issues(name: str, s: pd.Series, missing: np.ndarray, invalid: np.ndarray) -> ColumnIssues:
+    examples, distinct = _examples(s, invalid) if invalid.any() else ((), 0)
+    return ColumnIssues(
+        name,
+        missing=int(missing.sum()),
+        missing_first_row=_first_rows(missing) if missing.any() else 0,
+        invalid=int(invalid.sum()),
+        invalid_distinct=distinct,
+        examples=examples,
+    )
+
+
+def encode_frame(
+    df: pd.DataFrame,
+    domain: Domain,
+    missing: Mapping[str, MissingPolicy] | None = None,
+    other: Mapping[str, str] | None = None,
+    *,
+    source: str = "<data>",
+    line_offset: int | None = None,
+) -> EncodingResult:
+    """Encode a raw frame into the public encoding of ``domain`` (see the module docstring).
+
+    ``missing`` maps a column to its policy (default ``"error"``); ``other`` maps a categorical
+    column to its catch-all category. ``source`` names the data in diagnostics; with
+    ``line_offset`` (1 for a CSV with a header line) data row ``r`` is reported at line
+    ``r + line_offset``. Raises :class:`DiagnosticError` with every problem found (E404-E408).
+    """
+    missing, other = dict(missing or {}), dict(other or {})
+    check_policies(domain, missing, other)
+    df = df.rename(columns=lambda c: str(c).strip())
+    diagnostics, extra = column_set_diagnostics(list(df.columns), domain, source)
+    raise_if_any(diagnostics)
+
+    parsed: dict[str, np.ndarray] = {}
+    drop = np.zeros(len(df), dtype=bool)
+    log_missing: dict[str, int] = {}
+    log_undeclared: dict[str, int] = {}
+    for col in domain:
+        p = (
+            _parse_numeric(col, df[col.name])
+            if isinstance(col, NumericColumn)
+            else _parse_categorical(col, df[col.name])
+        )
+        policy = missing.get(col.name, "error")
+        diagnostics += column_diagnostics(
+            p.issues, domain, policy, col.name in other, source, line_offset
+        )
+        values = p.values
+        if col.name in other:  # undeclared categories go to the catch-all
+            values = np.where(p.invalid, col.values.index(other[col.name]), values)  # type: ignore[union-attr]
+        if policy == "drop":
+            drop |= p.missing
+        elif isinstance(policy, Fill):
+            fill = (
+                col.values.index(policy.value)
+                if isinstance(col, CategoricalColumn)
+                else float(policy.value)
+            )
+            values = np.where(p.missing, fill, values)
+        parsed[col.name] = values
+        if p.issues.missing:
+            log_missing[col.name] = p.issues.missing
+        if p.issues.invalid:
+            log_undeclared[col.name] = p.issues.invalid
+    raise_if_any(diagnostics)
+
+    keep = ~drop
+    codes: dict[str, np.ndarray] = {}
+    scaled: dict[str, np.ndarray] = {}
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for col in domain:
+        values = parsed[col.name][keep]
+        if isinstance(col, CategoricalColumn):
+            codes[col.name] = values.astype(np.int32)
+            continue
+        below, above = int((values < col.lo).sum()), int((values > col.hi).sum())
+        if below:
+            low[col.name] = below
+        if above:
+            high[col.name] = above
+        clipped = np.clip(values, col.lo, col.hi)
+        scaled[col.name] = (clipped - col.lo) / col.span
+        codes[col.name] = col.bin_of(clipped)
+    log = CuratorLog(
+        source, len(df), int(keep.sum()), log_missing, log_undeclared, low, high, extra
+    )
+    return EncodingResult(EncodedTable(domain, codes, scaled), log)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def decode_values(
+    domain: Domain, codes: Mapping[str, np.ndarray], scaled: Mapping[str, np.ndarray]
+) -> pd.DataFrame:
+    """Rows in original units from categorical ``codes`` and numeric ``scaled`` values.
+
+    Scaled values are clipped to [0, 1] (post-processing keeps outputs in the public bounds);
+    integer columns are rounded to the nearest integer. Column order is the domain's.
+    """
+    out: dict[str, object] = {}
+    for col in domain:
+        if isinstance(col, CategoricalColumn):
+            out[col.name] = np.asarray(col.values, dtype=object)[np.asarray(codes[col.name])]
+            continue
+        x = col.lo + np.clip(np.asarray(scaled[col.name], dtype=np.float64), 0.0, 1.0) * col.span
+        out[col.name] = np.clip(np.rint(x), col.lo, col.hi).astype(np.int64) if col.integer else x
+    return pd.DataFrame(out)
+
+
+def decode(table: EncodedTable) -> pd.DataFrame:
+    """An encoded table back in original units (see :func:`decode_values`)."""
+    return decode_values(table.domain, table.codes, table.scaled)

@@ -1,0 +1,190 @@
+"""`dpql compile`: plan, measure, synthesize, post-process, write table + provenance atomically.
+
+The pipeline is a straight line of stages; the privacy boundary is :func:`open_measurer` (and
+DP-SGD inside the GAN backend): every other stage sees only the plan and noisy outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpql.codec import decode
+from dpql.domain import EncodedTable
+from dpql.plan.exact import answer_all
+from dpql.plan.planner import ReleasePlan, build_plan
+from dpql.privacy.ledger import Ledger, PrivacyEvent
+from dpql.privacy.noise import NoiseSource, default_noise
+from dpql.provenance import build_record, sha256_json
+from dpql.spec.load import LoadedSpec, load_spec, normalised_spec_json
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class CompileResult:
+    plan: ReleasePlan
+    table_path: Path
+    record_path: Path
+    record: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def atomic_path(target: Path) -> Iterator[Path]:
+    """Yield a temp path beside ``target``; rename it over ``target`` only on success."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    """CSV or Parquet by the output's extension, written atomically."""
+    with atomic_path(path) as tmp:
+        if path.suffix == ".parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+
+
+def write_json(obj: Any, path: Path) -> None:
+    import json
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def open_measurer(spec: LoadedSpec, ledger: Ledger, noise: NoiseSource):
+    """The privacy boundary: the private table behind a DP measurement oracle."""
+    from dpql.data.measure import open_measurer as _open
+
+    return _open(spec, ledger=ledger, noise=noise)
+
+
+def fit_metrics(table: EncodedTable, measured: list[tuple[Any, np.ndarray]]) -> dict[str, float]:
+    """Errors of the synthetic table against the *noisy* measurements (never the real data)."""
+    if not measured:
+        return {}
+    answers = answer_all([q for q, _ in measured], table)
+    err = np.concatenate([np.abs(a - m) for a, (_, m) in zip(answers, measured, strict=True)])
+    return {
+        "mean_abs_error_vs_noisy": float(err.mean()),
+        "max_abs_error_vs_noisy": float(err.max()),
+    }
+
+
+def compile_release(
+    spec_path: str | os.PathLike[str],
+    *,
+    seed: int | None = None,
+    progress: Progress | None = None,
+    noise: NoiseSource | None = None,
+) -> CompileResult:
+    """Run a release end to end. ``seed`` fixes optimisation and row sampling, never DP noise."""
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    spec = load_spec(spec_path)
+    plan = build_plan(spec)
+    timings["plan"] = time.perf_counter() - t
+    seed = secrets.randbits(31) if seed is None else seed
+    noise = noise or default_noise()
+    ledger = Ledger()
+    t = time.perf_counter()
+    measurer = open_measurer(spec, ledger, noise)
+    timings["load"] = time.perf_counter() - t
+    synth_info: dict[str, Any] = {"method": plan.method, "rounding_seed": seed}
+    model = spec.model.synthesizer
+    t = time.perf_counter()
+    if plan.method == "rap":
+        from dpql.synth.rap import run_rap
+
+        assert plan.rap is not None and plan.rap_options is not None
+        res = run_rap(
+            measurer,
+            spec.domain,
+            plan.queries,
+            plan.rap,
+            plan.rap_options,
+            model.rows,
+            seed,
+            progress,
+        )
+        table = res.table
+        synth_info.update(
+            options=plan.rap_options.__dict__,
+            rounds=res.rounds,
+            measured_queries=len(res.measured),
+        )
+        synth_info.update(fit_metrics(table, list(zip(res.measured, res.noisy, strict=True))))
+    elif plan.method == "gan":
+        from dpql.synth.gan import run_gan_for_release
+
+        table, gan_info = run_gan_for_release(
+            plan.gan,
+            measurer.private_table(),
+            model.rows,
+            seed,
+            noise=noise,
+            ledger=ledger,
+            progress=progress,
+        )
+        synth_info.update(gan_info)
+    else:
+        from dpql.synth.iproj import load_external
+
+        table = load_external(spec.resolve(model.path), spec.domain)
+        ledger.append(
+            PrivacyEvent.external(
+                "external",
+                f"external table {model.path}",
+                epsilon=model.budget.epsilon,
+                delta=model.budget.delta,
+            )
+        )
+    timings["synthesize"] = time.perf_counter() - t
+    requirements: list[dict[str, Any]] = []
+    if plan.measures is not None and "iproj.measure" in plan.phase_rho:
+        from dpql.accept import postprocess_and_accept
+
+        t = time.perf_counter()
+        table, requirements = postprocess_and_accept(plan, measurer, table, seed, progress)
+        timings["postprocess"] = time.perf_counter() - t
+    out = spec.resolve(spec.model.output.path)
+    record_path = spec.resolve(spec.model.output.provenance)
+    t = time.perf_counter()
+    write_table(decode(table), out)
+    spec_json = __import__("json").loads(normalised_spec_json(spec.model))
+    record = build_record(
+        spec_json=spec_json,
+        spec_sha256=sha256_json(spec_json),
+        plan_sha256=sha256_json(plan.to_json()),
+        budget={"epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "rho": plan.budget.rho},
+        ledger=ledger,
+        synthesizer=synth_info,
+        requirements=requirements,
+        output_path=out,
+        output_rows=table.n,
+        timings=timings,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    write_json(record, record_path)
+    write_json(measurer.curator_summary(), record_path.with_suffix(".curator.json"))
+    timings["write"] = time.perf_counter() - t
+    return CompileResult(plan, out, record_path, record, timings)

@@ -1,0 +1,159 @@
+"""Reading the private table from a file (CSV, gzip CSV or Parquet) into the public encoding.
+
+Part of the privacy boundary (``dpql.data``): the only code besides DP-SGD that opens the data.
+Every problem with the file is a :class:`DiagnosticError` naming the file (E401-E409, see
+``dpql.codec.CODES``); problems with cells come from :mod:`dpql.codec` with the file and row.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import zlib
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from dpql.codec import EncodingResult, Fill, MissingPolicy, encode_frame
+from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
+from dpql.domain import Domain
+
+DataFormat = Literal["csv", "parquet"]
+
+_SUFFIXES: dict[str, DataFormat] = {
+    ".csv": "csv",
+    ".csv.gz": "csv",
+    ".txt": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+
+
+def error(code: str, message: str, path: Path | str, hint: str | None = None) -> DiagnosticError:
+    return DiagnosticError([Diagnostic(code, message, SourcePos(str(path)), hint)])
+
+
+def data_format(path: Path, declared: DataFormat | None = None) -> DataFormat:
+    """The declared format, else the one the file name implies (E402 when none does)."""
+    if declared is not None:
+        return declared
+    name = path.name.lower()
+    for suffix, fmt in sorted(_SUFFIXES.items(), key=lambda kv: -len(kv[0])):
+        if name.endswith(suffix):
+            return fmt
+    raise error(
+        "E402",
+        f"cannot tell the format of '{path.name}' from its name",
+        path,
+        "name it *.csv, *.csv.gz or *.parquet, or set data.format: csv | parquet",
+    )
+
+
+def check_readable(path: Path) -> None:
+    """E401 unless ``path`` is a readable regular file; E403 when it has no bytes."""
+    try:
+        with path.open("rb") as f:
+            first = f.read(1)
+    except FileNotFoundError:
+        raise error(
+            "E401",
+            f"data file '{path}' does not exist",
+            path,
+            "data.path is relative to the spec file",
+        ) from None
+    except IsADirectoryError:
+        raise error("E401", f"data path '{path}' is a directory, not a file", path) from None
+    except OSError as e:
+        raise error("E401", f"cannot read data file '{path}': {e.strerror or e}", path) from None
+    if not first:
+        raise error("E403", f"data file '{path}' is empty", path, "a header line and rows needed")
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of the file's bytes (curator log only: it fingerprints private data)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_frame(path: Path, fmt: DataFormat) -> pd.DataFrame:
+    """The raw table: CSV cells as text (no type guessing, nothing read as missing except blank
+    cells), Parquet with its stored types. Raises E401/E403/E409."""
+    check_readable(path)
+    try:
+        if fmt == "parquet":
+            df = pd.read_parquet(path, dtype_backend="numpy_nullable")
+        else:
+            df = pd.read_csv(
+                path,
+                dtype=str,
+                keep_default_na=False,
+                na_values=[""],
+                compression="infer",
+                encoding="utf-8",
+            )
+    except pd.errors.EmptyDataError:
+        raise error("E403", f"data file '{path}' has no header line", path) from None
+    except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError) as e:
+        raise error(
+            "E409",
+            f"cannot decode '{path}' as {fmt}: {e}",
+            path,
+            "CSV files must be UTF-8 text, optionally gzip-compressed",
+        ) from None
+    except (pd.errors.ParserError, csv.Error) as e:
+        raise error("E409", f"malformed CSV in '{path}': {str(e).strip()}", path) from None
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+        raise error("E409", f"cannot read '{path}' as {fmt}: {e}", path) from None
+    if len(df) == 0:
+        raise error("E403", f"data file '{path}' has no rows", path)
+    return df
+
+
+def load_table(
+    path: Path | str,
+    domain: Domain,
+    *,
+    fmt: DataFormat | None = None,
+    missing: Mapping[str, MissingPolicy] | None = None,
+    other: Mapping[str, str] | None = None,
+) -> EncodingResult:
+    """Read and encode the private table; the curator log carries the file's SHA-256."""
+    path = Path(path)
+    fmt = data_format(path, fmt)
+    frame = read_frame(path, fmt)
+    result = encode_frame(
+        frame, domain, missing, other, source=str(path), line_offset=1 if fmt == "csv" else None
+    )
+    if result.table.n == 0:
+        raise error(
+            "E403",
+            f"no rows of '{path}' are left after dropping missing values",
+            path,
+            "check the columns whose missing-value rule is 'drop'",
+        )
+    return replace(result, curator_log=replace(result.curator_log, sha256=file_sha256(path)))
+
+
+def rules_from_spec(spec: Any) -> tuple[dict[str, MissingPolicy], dict[str, str]]:
+    """The codec's per-column ``missing`` and ``other`` maps from a ``dpql.spec`` ReleaseSpec
+    (top-level ``missing`` is the default; ``fill`` and ``other`` rules become :class:`Fill`)."""
+    missing: dict[str, MissingPolicy] = {}
+    other: dict[str, str] = {}
+    for name, col in spec.columns.items():
+        rule = col.missing or spec.missing
+        if rule == "fill":
+            missing[name] = Fill(col.fill)
+        elif rule == "other":
+            missing[name] = Fill(col.other)
+        else:
+            missing[name] = rule
+        if getattr(col, "other", None) is not None:
+            other[name] = col.other
+    return missing, other

@@ -1,0 +1,70 @@
+"""``dpql evaluate``: the utility report of a synthetic table (curator-side, NOT private).
+
+The report reads the real data. It is for the data custodian and is never part of a release;
+the HTML page and the JSON summary say so.
+
+Entry points: :func:`build_report` and :func:`write_report`. The pure functions below are the
+ones benchmarks should reuse rather than copy. scikit-learn and matplotlib (the ``evaluate``
+extra) are imported lazily; without them a :class:`MissingExtraError` gives the install hint.
+"""
+
+from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
+from dpql.evaluate.encode import design_matrix, encode_frame
+from dpql.evaluate.metrics import (
+    correlation_l1,
+    correlation_matrix,
+    dimension_wise_probability,
+    diversity,
+    histograms,
+    jensen_shannon,
+    kl_mu,
+)
+from dpql.evaluate.models import (
+    MODELS,
+    RequirementCheck,
+    Scores,
+    check_requirement,
+    dimension_wise_prediction,
+    tstr_scores,
+)
+from dpql.evaluate.render import write_report
+from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report, default_label
+from dpql.evaluate.workload import (
+    ClassStats,
+    QueryError,
+    class_stats,
+    describe_query,
+    marginal_tvd,
+    query_errors,
+)
+
+__all__ = [
+    "INSTALL_HINT",
+    "MODELS",
+    "PRIVATE_WARNING",
+    "ClassStats",
+    "EvaluationReport",
+    "MissingExtraError",
+    "QueryError",
+    "RequirementCheck",
+    "Scores",
+    "build_report",
+    "check_requirement",
+    "class_stats",
+    "correlation_l1",
+    "correlation_matrix",
+    "default_label",
+    "describe_query",
+    "design_matrix",
+    "dimension_wise_prediction",
+    "dimension_wise_probability",
+    "diversity",
+    "encode_frame",
+    "histograms",
+    "jensen_shannon",
+    "kl_mu",
+    "marginal_tvd",
+    "query_errors",
+    "tstr_scores",
+    "write_report",
+]

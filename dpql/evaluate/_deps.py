@@ -1,0 +1,31 @@
+"""Lazy imports of the ``evaluate`` extra (scikit-learn, matplotlib).
+
+The core compiler must not pay for (or require) these heavy packages, so every module here imports
+them through :func:`require` at call time. A missing package becomes a :class:`MissingExtraError`
+that says how to install it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+INSTALL_HINT = "pip install 'dpql[evaluate]'"
+
+# distribution name of each top-level module we import lazily
+_DIST = {"sklearn": "scikit-learn", "matplotlib": "matplotlib"}
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency of ``dpql evaluate`` is not installed."""
+
+
+def require(module: str) -> ModuleType:
+    """Import ``module`` (e.g. ``"sklearn.linear_model"``) or raise :class:`MissingExtraError`."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        dist = _DIST.get(module.split(".")[0], module)
+        raise MissingExtraError(
+            f"dpql evaluate needs {dist}, which is not installed; install it with: {INSTALL_HINT}"
+        ) from e

@@ -1,0 +1,246 @@
+"""``build_report``: the curator-side utility report of a synthetic table.
+
+NOT PRIVATE. Every number here is computed on the real (private) table and the optional real
+holdout; the report is for the data custodian and is never part of a release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpql.diagnostics import did_you_mean
+from dpql.domain import CategoricalColumn, Domain
+from dpql.evaluate._deps import require
+from dpql.evaluate.encode import encode_frame, take_rows
+from dpql.evaluate.metrics import (
+    DimensionWiseProbability,
+    Diversity,
+    Histogram,
+    correlation_matrix,
+    dimension_wise_probability,
+    diversity,
+    histograms,
+)
+from dpql.evaluate.models import (
+    MODELS,
+    DimensionWisePrediction,
+    RequirementCheck,
+    Scores,
+    check_requirement,
+    dimension_wise_prediction,
+    tstr_encoded,
+)
+from dpql.evaluate.workload import ClassStats, QueryError, class_stats, query_errors, worst
+from dpql.plan.ir import ModelRequirement, Query, Requirement
+
+Progress = Callable[[str, int, int], None]
+
+PRIVATE_WARNING = (
+    "CONFIDENTIAL: this report is computed on the PRIVATE data (curator-side, not differentially "
+    "private). It reveals facts about real individuals and must not be published or shared "
+    "outside the data custodian."
+)
+
+
+@dataclass(frozen=True)
+class TstrResult:
+    """One model class trained on real and on synthetic data, scored on the same real test set."""
+
+    model: str
+    train_on_real: Scores
+    train_on_synthetic: Scores
+
+
+@dataclass(frozen=True, eq=False)
+class EvaluationReport:
+    """Everything ``dpql evaluate`` reports; :func:`dpql.evaluate.write_report` renders it."""
+
+    rows: dict[str, int]
+    label: str | None
+    test_set: str
+    workload: tuple[ClassStats, ...]
+    queries: tuple[QueryError, ...]
+    worst_queries: tuple[QueryError, ...]
+    requirements: tuple[RequirementCheck, ...]
+    tstr: tuple[TstrResult, ...]
+    correlation_columns: tuple[str, ...]
+    correlation_real: np.ndarray
+    correlation_synthetic: np.ndarray
+    dimension_wise_probability: DimensionWiseProbability
+    dimension_wise_prediction: tuple[DimensionWisePrediction, ...]
+    diversity: tuple[Diversity, ...]
+    histograms: tuple[Histogram, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def correlation_l1(self) -> float:
+        """The post-processing paper's ``||corr(real) - corr(synthetic)||_1`` (full matrix)."""
+        return float(np.abs(self.correlation_real - self.correlation_synthetic).sum())
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary (NaN becomes null); flags itself as private."""
+        return _jsonable(
+            {
+                "private": True,
+                "warning": PRIVATE_WARNING,
+                "rows": self.rows,
+                "label": self.label,
+                "test_set": self.test_set,
+                "workload": {
+                    "classes": self.workload,
+                    "worst": self.worst_queries,
+                    "queries": self.queries,
+                },
+                "requirements": self.requirements,
+                "tstr": self.tstr,
+                "correlation": {
+                    "l1": self.correlation_l1,
+                    "columns": self.correlation_columns,
+                    "real": self.correlation_real,
+                    "synthetic": self.correlation_synthetic,
+                },
+                "dimension_wise_probability": {
+                    "sse": self.dimension_wise_probability.sse,
+                    **_jsonable(self.dimension_wise_probability),
+                },
+                "dimension_wise_prediction": self.dimension_wise_prediction,
+                "diversity": {
+                    "jsd_total": float(sum(d.jsd for d in self.diversity)),
+                    "kl_mu_total": float(sum(d.kl_mu for d in self.diversity)),
+                    "columns": self.diversity,
+                },
+                "histograms": self.histograms,
+                "notes": self.notes,
+            }
+        )
+
+
+def _jsonable(x: Any) -> Any:
+    if is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _jsonable(getattr(x, f.name)) for f in fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple | np.ndarray):
+        return [_jsonable(v) for v in (x.tolist() if isinstance(x, np.ndarray) else x)]
+    if isinstance(x, float | np.floating):
+        return float(x) if np.isfinite(x) else None
+    if isinstance(x, np.integer | np.bool_):
+        return x.item()
+    return x
+
+
+def default_label(domain: Domain, requirements: Sequence[Requirement]) -> str | None:
+    """The first logistic requirement's label, else the last two-valued categorical column."""
+    for r in requirements:
+        if isinstance(r, ModelRequirement) and r.model == "logistic":
+            return r.label
+    binary = [c.name for c in domain.categorical if c.card == 2]
+    return binary[-1] if binary else None
+
+
+def _check_label(domain: Domain, label: str) -> None:
+    if label not in domain:
+        hint = did_you_mean(label, domain.names)
+        raise ValueError(f"label {label!r} is not a column{'; ' + hint if hint else ''}")
+    if not isinstance(domain[label], CategoricalColumn):
+        raise ValueError(f"label {label!r} must be a categorical column")
+
+
+def build_report(
+    domain: Domain,
+    real_df: pd.DataFrame,
+    synthetic_df: pd.DataFrame,
+    queries: Sequence[Query],
+    requirements: Sequence[Requirement],
+    holdout_df: pd.DataFrame | None = None,
+    label: str | None = None,
+    output_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    *,
+    seed: int = 0,
+    worst_k: int = 10,
+    test_fraction: float = 0.2,
+) -> EvaluationReport:
+    """Evaluate ``synthetic_df`` against ``real_df`` (both in original units of ``domain``).
+
+    * workload error of ``queries`` per class, and the ``worst_k`` worst queries of each class;
+    * each requirement on both tables (:func:`dpql.evaluate.models.check_requirement`);
+    * train on synthetic / test on real for logistic regression and gradient boosting next to
+      train on real, predicting ``label`` (default :func:`default_label`). The real test set is
+      ``holdout_df`` if given; otherwise a random ``test_fraction`` of the real table (``seed``),
+      the train-on-real models then fitting the rest, so that no score is in-sample;
+    * correlation-matrix difference, DP-auto-GAN's dimension-wise probability, prediction and
+      diversity, and the 1-way histograms.
+
+    With ``output_dir`` the report is also written there (:func:`write_report`). ``progress``
+    is called as ``progress(step, done, total)`` during the long steps. Raises
+    :class:`~dpql.evaluate.MissingExtraError` up front if the ``evaluate`` extra is missing.
+    """
+    require("sklearn")
+    if output_dir is not None:
+        require("matplotlib")
+    label = label or default_label(domain, requirements)
+    if label is not None:
+        _check_label(domain, label)
+    real, synthetic = encode_frame(real_df, domain), encode_frame(synthetic_df, domain)
+    notes = [f"Train-on-synthetic scores predict {label!r}." if label else
+             "No label given and no two-valued categorical column: TSTR skipped."]  # fmt: skip
+    if holdout_df is not None:
+        train, test = real, encode_frame(holdout_df, domain)
+        test_set = f"holdout table ({test.n} rows)"
+    else:
+        perm = np.random.default_rng(seed).permutation(real.n)
+        cut = max(1, round(real.n * test_fraction))
+        train, test = take_rows(real, perm[cut:]), take_rows(real, perm[:cut])
+        test_set = (
+            f"random {test_fraction:.0%} of the real table ({test.n} rows, seed {seed}); "
+            f"train-on-real models fit on the other {train.n} rows"
+        )
+
+    errors = query_errors(queries, real, synthetic, progress)
+    checks = []
+    for i, r in enumerate(requirements):
+        checks.append(check_requirement(r, real, synthetic))
+        if progress:
+            progress("requirements", i + 1, len(requirements))
+    tstr = []
+    if label is not None:
+        for i, m in enumerate(MODELS):
+            tstr.append(
+                TstrResult(
+                    m,
+                    tstr_encoded(train, test, label, m, seed),
+                    tstr_encoded(synthetic, test, label, m, seed),
+                )
+            )
+            if progress:
+                progress("train on synthetic, test on real", i + 1, len(MODELS))
+    report = EvaluationReport(
+        rows={"real": real.n, "synthetic": synthetic.n, "test": test.n},
+        label=label,
+        test_set=test_set,
+        workload=class_stats(errors),
+        queries=errors,
+        worst_queries=worst(errors, worst_k),
+        requirements=tuple(checks),
+        tstr=tuple(tstr),
+        correlation_columns=domain.names,
+        correlation_real=correlation_matrix(real),
+        correlation_synthetic=correlation_matrix(synthetic),
+        dimension_wise_probability=dimension_wise_probability(real, synthetic),
+        dimension_wise_prediction=dimension_wise_prediction(train, synthetic, test, seed, progress),
+        diversity=diversity(real, synthetic),
+        histograms=histograms(real, synthetic),
+        notes=tuple(notes),
+    )
+    if output_dir is not None:
+        from dpql.evaluate.render import write_report
+
+        write_report(report, output_dir, progress)
+    return report

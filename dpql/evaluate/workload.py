@@ -1,0 +1,184 @@
+"""Workload error: exact answers of the planned queries on the real and the synthetic table.
+
+Per query (answers from :func:`dpql.plan.exact.answer_all`, averages over rows):
+
+* a marginal's error is its total variation distance ``TVD = 1/2 * ||a_real - a_syn||_1``;
+* every other class (range/prefix, halfspace, count, moment) reports the largest absolute error
+  over its cells, ``||a_real - a_syn||_inf``: each cell is one statistical query (a label split
+  of a prefix or halfspace is one cell per label value, RAP++ Definition 4), so this is the
+  statistical-query error RAP++ reports (`rap_pp.md`, section 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
+from dpql.plan.exact import answer_all
+from dpql.plan.ir import (
+    QUERY_KINDS,
+    And,
+    CatIn,
+    Count,
+    Halfspace,
+    Marginal,
+    Moment,
+    Not,
+    NumCmp,
+    Or,
+    Pred,
+    Prefix,
+    Query,
+    TruePred,
+    query_columns,
+)
+
+Progress = Callable[[str, int, int], None]
+
+# queries answered per answer_all call: bounds the latency between progress reports
+_BATCH = 64
+
+
+@dataclass(frozen=True)
+class QueryError:
+    """One query's error; ``real``/``synthetic`` hold the answers of non-marginal queries."""
+
+    kind: str
+    description: str
+    error: float
+    real: tuple[float, ...] = ()
+    synthetic: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    """Mean and max error over the queries of one class (``metric``: ``tvd`` or ``max_abs``)."""
+
+    kind: str
+    metric: str
+    count: int
+    mean: float
+    max: float
+
+
+def _unscaled(domain: Domain, column: str, u: float) -> str:
+    """A [0, 1]-scale threshold of a numeric column, back in original units."""
+    col = domain[column]
+    assert isinstance(col, NumericColumn)  # the resolver only thresholds numeric columns
+    return f"{col.unscale(u):.6g}"
+
+
+def describe_pred(p: Pred, domain: Domain) -> str:
+    """DSL-like text of a resolved predicate, thresholds back in original units."""
+    if isinstance(p, TruePred):
+        return "true"
+    if isinstance(p, NumCmp):
+        return f"{p.column} {p.op} {_unscaled(domain, p.column, p.threshold)}"
+    if isinstance(p, CatIn):
+        cat = domain[p.column]
+        assert isinstance(cat, CategoricalColumn)
+        names = [f'"{cat.values[c]}"' for c in sorted(p.codes)]
+        if len(names) == 1:
+            return f"{p.column} == {names[0]}"
+        return f"{p.column} in {{{', '.join(names)}}}"
+    if isinstance(p, Not):
+        return f"not ({describe_pred(p.item, domain)})"
+    joiner = " and " if isinstance(p, And) else " or "
+    assert isinstance(p, And | Or)
+    return joiner.join(
+        f"({describe_pred(i, domain)})" if isinstance(i, And | Or) else describe_pred(i, domain)
+        for i in p.items
+    )
+
+
+def describe_query(q: Query, domain: Domain) -> str:
+    """A readable one-line description of a query (``u(x)`` is ``x`` on its [0, 1] scale)."""
+    by = f" by {q.by}" if isinstance(q, Prefix | Halfspace) and q.by else ""
+    if isinstance(q, Marginal):
+        return f"marginal({', '.join(q.columns)})"
+    if isinstance(q, Prefix):
+        pairs = zip(q.columns, q.thresholds, strict=True)
+        parts = [f"{c} <= {_unscaled(domain, c, t)}" for c, t in pairs]
+        return f"range({', '.join(parts)}){by}"
+    if isinstance(q, Halfspace):
+        terms = " + ".join(f"{w:.3g}*u({c})" for w, c in zip(q.theta, q.columns, strict=True))
+        return f"halfspace({terms} > {q.tau:.3g}){by}"
+    if isinstance(q, Count):
+        return f"count({describe_pred(q.predicate, domain)})"
+    if not isinstance(q, Moment):  # a query class added after this function was written
+        return f"{q.kind}({', '.join(query_columns(q))})"
+    given = "" if isinstance(q.given, TruePred) else f" | {describe_pred(q.given, domain)}"
+    prod = "*".join(f"u({c})" for c in q.columns) or "1"
+    return f"mean({prod}{given})"
+
+
+def error_of(q: Query, real: np.ndarray, synthetic: np.ndarray) -> float:
+    """TVD for a marginal, largest absolute cell error otherwise (module docstring)."""
+    d = np.abs(np.asarray(real) - np.asarray(synthetic))
+    return float(0.5 * d.sum()) if isinstance(q, Marginal) else float(d.max())
+
+
+def query_errors(
+    queries: Sequence[Query],
+    real: EncodedTable,
+    synthetic: EncodedTable,
+    progress: Progress | None = None,
+) -> tuple[QueryError, ...]:
+    """Errors of ``queries`` between two encoded tables of the same domain, in query order."""
+    out: list[QueryError] = []
+    total = len(queries)
+    for s in range(0, total, _BATCH):
+        batch = queries[s : s + _BATCH]
+        answers = zip(batch, answer_all(batch, real), answer_all(batch, synthetic), strict=True)
+        for q, a, b in answers:
+            keep = not isinstance(q, Marginal)  # marginal answers are long; TVD says enough
+            out.append(
+                QueryError(
+                    q.kind,
+                    describe_query(q, real.domain),
+                    error_of(q, a, b),
+                    tuple(float(x) for x in a) if keep else (),
+                    tuple(float(x) for x in b) if keep else (),
+                )
+            )
+        if progress:
+            progress("workload", len(out), total)
+    return tuple(out)
+
+
+def _kinds(errors: Sequence[QueryError]) -> list[str]:
+    """Classes present, in :data:`QUERY_KINDS` order, then any other class by first appearance."""
+    seen = dict.fromkeys(x.kind for x in errors)
+    return [k for k in QUERY_KINDS if k in seen] + [k for k in seen if k not in QUERY_KINDS]
+
+
+def class_stats(errors: Sequence[QueryError]) -> tuple[ClassStats, ...]:
+    """Per-class mean and max error, in :func:`_kinds` order (absent classes omitted)."""
+    out = []
+    for kind in _kinds(errors):
+        e = np.array([x.error for x in errors if x.kind == kind])
+        metric = "tvd" if kind == "marginal" else "max_abs"
+        out.append(ClassStats(kind, metric, int(e.size), float(e.mean()), float(e.max())))
+    return tuple(out)
+
+
+def worst(errors: Sequence[QueryError], k: int) -> tuple[QueryError, ...]:
+    """The ``k`` largest errors of each class, largest first within a class."""
+    out: list[QueryError] = []
+    for kind in _kinds(errors):
+        mine = sorted((x for x in errors if x.kind == kind), key=lambda x: -x.error)
+        out.extend(mine[:k])
+    return tuple(out)
+
+
+def marginal_tvd(
+    real: EncodedTable, synthetic: EncodedTable, queries: Sequence[Query]
+) -> ClassStats:
+    """Mean and max TVD over the marginals among ``queries`` (other classes are ignored)."""
+    ms = [q for q in queries if isinstance(q, Marginal)]
+    if not ms:
+        return ClassStats("marginal", "tvd", 0, float("nan"), float("nan"))
+    return class_stats(query_errors(ms, real, synthetic))[0]

@@ -1,0 +1,321 @@
+"""The planner: a loaded spec -> a :class:`ReleasePlan`, without reading any data.
+
+Passes (each pure, each collecting its diagnostics before the next runs):
+
+1. parse the DSL strings of the workload and requirements (:mod:`dpql.lang`);
+2. resolve them against the public schema into the query IR (:mod:`dpql.plan.resolve`);
+3. expand requirements into the measures post-processing needs (:mod:`dpql.plan.requirements`);
+4. allocate the budget: (epsilon, delta) -> zCDP rho by the tight conversion, split across the
+   phases in exact fractions, calibrate every mechanism (:mod:`dpql.privacy`);
+5. configure the synthesizer's schedule (RAP++ rounds or DP-auto-GAN noise multipliers).
+
+Phases of a release (shares of the release's rho):
+
+* ``synthesizer``: ``1 - postprocess.share`` (all of it without post-processing);
+* ``iproj.measure``: the post-processing measurements, ``postprocess.share`` (less the tests);
+* ``accept.test``: one counting query per model requirement, a quarter of the post-processing
+  share when the spec has model requirements.
+
+The public seed of the random query families is derived from the spec hash, so the same spec
+always yields the same plan; it is not a DP seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dpql.diagnostics import DiagnosticError, DiagnosticSink, SourcePos
+from dpql.lang.parser import parse_requirements, parse_workload
+from dpql.plan.ir import ModelRequirement, Query, Requirement
+from dpql.plan.requirements import (
+    RequirementMeasures,
+    expand_requirements,
+    predicted_error,
+    smallest_epsilon_for,
+)
+from dpql.plan.resolve import resolve_requirements, resolve_workload
+from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
+from dpql.privacy.budget import BudgetLine, BudgetTable, split_rho
+from dpql.privacy.mechanisms import gaussian_sigma, gumbel_beta
+from dpql.spec.load import LoadedSpec
+from dpql.synth.schedule import RapOptions, RapSchedule, plan_rap, release_sigma
+
+PLAN_VERSION = 1
+ACCEPT_FRACTION = Fraction(1, 4)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The release's budget: requested (epsilon, delta) and its zCDP equivalent rho.
+
+    For ``synthesizer: external`` the external table's declared (epsilon, delta) is part of the
+    release's total; ``rho`` is what is left for dpql's own mechanisms.
+    """
+
+    epsilon: float
+    delta: float
+    rho: float
+    external_epsilon: float = 0.0
+    external_delta: float = 0.0
+
+
+@dataclass(frozen=True)
+class RequirementPlan:
+    requirement: Requirement
+    predicted_sd: float
+    tolerance: float | None
+    reachable: bool | None
+    smallest_epsilon: float | None
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """Everything `dpql compile` will do, fixed before any data is read."""
+
+    spec: LoadedSpec
+    queries: tuple[Query, ...]
+    query_items: tuple[int, ...]
+    requirements: tuple[Requirement, ...]
+    measures: RequirementMeasures | None
+    budget: Budget
+    phase_rho: dict[str, float]
+    table: BudgetTable
+    rap: RapSchedule | None
+    rap_options: RapOptions | None
+    gan: Any
+    requirement_plans: tuple[RequirementPlan, ...]
+    seed: int
+
+    @property
+    def method(self) -> str:
+        return self.spec.model.synthesizer.method
+
+    def to_json(self) -> dict[str, Any]:
+        """Versioned JSON form (``dpql plan --output``); hashed into the provenance record."""
+        kinds: dict[str, int] = {}
+        for q in self.queries:
+            kinds[q.kind] = kinds.get(q.kind, 0) + 1
+        return {
+            "dpql_plan": PLAN_VERSION,
+            "spec_sha256": self.spec.spec_hash,
+            "seed": self.seed,
+            "rows": self.spec.rows,
+            "method": self.method,
+            "queries": kinds,
+            "budget": {
+                "epsilon": self.budget.epsilon,
+                "delta": self.budget.delta,
+                "rho": self.budget.rho,
+                "external_epsilon": self.budget.external_epsilon,
+                "phases": self.phase_rho,
+            },
+            "allocation": self.table.to_json(),
+            "requirements": [
+                {
+                    "requirement": r.requirement.text,
+                    "predicted_sd": _finite(r.predicted_sd),
+                    "tolerance": r.tolerance,
+                    "reachable": r.reachable,
+                    "smallest_epsilon": _finite(r.smallest_epsilon),
+                }
+                for r in self.requirement_plans
+            ],
+        }
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else x
+
+
+def public_seed(spec_hash: str) -> int:
+    """The public seed of random query families: derived from the spec, so plans reproduce."""
+    return int(spec_hash[:8], 16)
+
+
+def release_budget(spec: LoadedSpec) -> Budget:
+    """Requested budget -> (epsilon, delta, rho) with the tight zCDP conversion (CKS 2020)."""
+    privacy = spec.model.privacy
+    delta = spec.target_delta
+    ext_eps = ext_delta = 0.0
+    synth = spec.model.synthesizer
+    if synth.method == "external":
+        ext_eps, ext_delta = synth.budget.epsilon, synth.budget.delta
+    if privacy.rho is not None:
+        rho = privacy.rho
+        epsilon = eps_from_rho(rho, delta - ext_delta) + ext_eps
+    else:
+        epsilon = float(privacy.epsilon)
+        if ext_eps >= epsilon or ext_delta >= delta:
+            raise DiagnosticError([_budget_diag(spec, epsilon, ext_eps)])
+        rho = rho_from_eps_delta(epsilon - ext_eps, delta - ext_delta)
+    return Budget(epsilon, delta, rho, ext_eps, ext_delta)
+
+
+def _budget_diag(spec: LoadedSpec, epsilon: float, ext: float):
+    from dpql.diagnostics import Diagnostic
+
+    return Diagnostic(
+        "E150",
+        f"the external table's budget (epsilon {ext:g}) leaves nothing of the release budget "
+        f"(epsilon {epsilon:g}) for post-processing",
+        SourcePos(str(spec.path)),
+        "raise privacy.epsilon above the external table's epsilon (and delta likewise)",
+    )
+
+
+def phase_shares(spec: LoadedSpec, requirements: tuple[Requirement, ...]) -> dict[str, Fraction]:
+    """Exact shares of the release's rho per phase (see the module docstring)."""
+    post = spec.model.postprocess
+    method = spec.model.synthesizer.method
+    shares: dict[str, Fraction] = {}
+    post_share = (
+        Fraction(post.share).limit_denominator(10**6) if post and requirements else Fraction(0)
+    )
+    if method == "external":
+        post_share = Fraction(1) if requirements else Fraction(0)
+    if post_share:
+        if any(isinstance(r, ModelRequirement) for r in requirements):
+            shares["accept.test"] = post_share * ACCEPT_FRACTION
+            shares["iproj.measure"] = post_share - shares["accept.test"]
+        else:
+            shares["iproj.measure"] = post_share
+    if method != "external":
+        shares["synthesizer"] = 1 - post_share
+    return shares
+
+
+def _sigma_requirements(k: int, n: int, rho: float) -> float:
+    """Per-measure sigma of one Gaussian release of ``k`` scalar [0, 1] queries at ``rho``."""
+    return gaussian_sigma(math.sqrt(k) / n, rho) if k and rho > 0 else math.inf
+
+
+def build_plan(spec: LoadedSpec) -> ReleasePlan:
+    """Plan a release (passes 1-5 of the module docstring). Raises DiagnosticError."""
+    model = spec.model
+    domain = spec.domain
+    n = spec.rows
+    seed = public_seed(spec.spec_hash)
+    workload_src = [w.value for w in spec.workload]
+    req_src = [r.value for r in spec.requirements]
+    sink = DiagnosticSink()
+    nodes = reqs_nodes = None
+    try:
+        nodes = parse_workload(workload_src, [w.pos for w in spec.workload])
+    except DiagnosticError as e:
+        sink.extend(e.diagnostics)
+    try:
+        reqs_nodes = parse_requirements(req_src, [r.pos for r in spec.requirements])
+    except DiagnosticError as e:
+        sink.extend(e.diagnostics)
+    sink.raise_if_errors()
+    assert nodes is not None and reqs_nodes is not None
+    resolved = None
+    requirements: tuple[Requirement, ...] = ()
+    try:
+        resolved = resolve_workload(nodes, domain, n, seed, [w.pos for w in spec.workload], sink)
+    except DiagnosticError:
+        pass
+    try:
+        requirements = resolve_requirements(
+            reqs_nodes, domain, [r.pos for r in spec.requirements], sink
+        )
+    except DiagnosticError:
+        pass
+    sink.raise_if_errors()
+    assert resolved is not None
+    measures = expand_requirements(requirements, domain) if requirements else None
+
+    budget = release_budget(spec)
+    shares = phase_shares(spec, requirements)
+    phase_rho = split_rho(budget.rho, shares)
+    lines: list[BudgetLine] = []
+    rap = rap_options = gan = None
+    synth_rho = phase_rho.get("synthesizer", 0.0)
+    if model.synthesizer.method == "rap":
+        rap_options = RapOptions.from_mapping(
+            model.synthesizer.options.model_dump(exclude_none=True)
+        )
+        rap = plan_rap(resolved.queries, synth_rho, rap_options)
+        lines.extend(_rap_lines(rap, n))
+    elif model.synthesizer.method == "gan":
+        from dpql.synth.gan import plan_gan_for_release
+
+        gan = plan_gan_for_release(model.synthesizer.options, n, synth_rho, budget.delta)
+        lines.extend(gan.budget_lines())
+    else:
+        lines.append(BudgetLine("external", "external", 1, None))
+    k = len(measures.queries) if measures else 0
+    if "iproj.measure" in phase_rho and k:
+        rho = phase_rho["iproj.measure"]
+        lines.append(
+            BudgetLine("iproj.measure", "gaussian", 1, rho, _sigma_requirements(k, n, rho), n)
+        )
+    n_tests = sum(isinstance(r, ModelRequirement) for r in requirements)
+    if n_tests:
+        rho = phase_rho["accept.test"]
+        lines.append(
+            BudgetLine(
+                "accept.test", "gaussian", 1, rho, gaussian_sigma(math.sqrt(n_tests) / n, rho), n
+            )
+        )
+    table = BudgetTable(tuple(lines), budget.rho)
+    req_plans = tuple(_requirement_plan(spec, r, k, shares, budget) for r in requirements)
+    return ReleasePlan(
+        spec,
+        resolved.queries,
+        resolved.items,
+        requirements,
+        measures,
+        budget,
+        phase_rho,
+        table,
+        rap,
+        rap_options,
+        gan,
+        req_plans,
+        seed,
+    )
+
+
+def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
+    lines = []
+    for i, r in enumerate(rap.rounds):
+        phase = f"rap.{r.kind}[{i}]"
+        if r.rho_select > 0:
+            sens = 2.0 / n
+            lines.append(
+                BudgetLine(
+                    phase, "gumbel_top_k", 1, r.rho_select, gumbel_beta(sens, r.k, r.rho_select), n
+                )
+            )
+        pool = (
+            rap.init_queries
+            if r.kind == "init"
+            else (rap.marginal_candidates if r.kind == "marginal" else rap.threshold_candidates)
+        )
+        sigma = release_sigma(
+            list(pool[: r.k]) if r.kind != "init" else list(pool), r.rho_measure, n
+        )
+        lines.append(BudgetLine(phase, "gaussian", 1, r.rho_measure, sigma, n))
+    return lines
+
+
+def _requirement_plan(
+    spec: LoadedSpec, req: Requirement, k: int, shares: dict[str, Fraction], budget: Budget
+) -> RequirementPlan:
+    n = spec.rows
+    domain = spec.domain
+    share = float(shares.get("iproj.measure", 0))
+
+    def sigma_of_eps(eps: float) -> float:
+        return _sigma_requirements(k, n, share * rho_from_eps_delta(eps, budget.delta))
+
+    sd = predicted_error(req, sigma_of_eps(budget.epsilon) if share else math.inf, domain)
+    tol = req.tolerance.within
+    if tol is None or not share:
+        return RequirementPlan(req, sd, tol, None, None)
+    smallest = smallest_epsilon_for(req, tol, sigma_of_eps, domain)
+    return RequirementPlan(req, sd, tol, 2 * sd <= tol, smallest)

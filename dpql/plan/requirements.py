@@ -1,0 +1,385 @@
+"""Requirements -> measures: the moment and counting queries a declared requirement depends on.
+
+Pure planning code: it reads the public :class:`~dpql.domain.Domain` only, never data.
+
+Every requirement becomes averages of products of at most two *factors*, each in [0, 1]:
+
+* a numeric column enters as its scaled value ``u = (x - lo) / (hi - lo)`` (public bounds);
+* a categorical column enters as indicators ``1{x = v}``. For a model's features and a logistic
+  label, every value but the first (the reference level) gets one: the reference indicator is
+  ``1 - sum(others)``, so its moments are linear in the measured ones and measuring it would only
+  spend budget. ``corr`` and ``mean`` accept a *binary* categorical column as the indicator of
+  its second value.
+
+The product of two factors is a :class:`~dpql.plan.ir.Moment` (with any indicators folded into
+``given``) or a :class:`~dpql.plan.ir.Count`; products that are identically 0 (two values of one
+column) or 1 are not measured. Each query is a scalar in [0, 1] (sensitivity 1/n).
+
+* ``corr(a, b)``: ``E a, E b, E a^2, E ab, E b^2`` (Wang et al. 2023, sec. 3, the moments behind
+  the correlation matrix, digest ``postprocessing.md`` sec. 4).
+* ``mean(a | P)``: ``E[u_a 1{P}]`` and ``E[1{P}]``.
+* ``count(P)``: ``E[1{P}]`` (the requirement's value is a *fraction* of rows).
+* ``logistic(y ~ x...)`` / ``linear(y ~ x...)``: first and second moments of the features and
+  the label (label indicators / scaled label). Zhou et al. 2024 (digest ``excess_risk.md``
+  sec. 11.2): the logistic loss is ``-yz/2 + h(z)`` with ``h`` even, and the squared loss is
+  ``1 - 2yz + z^2``, so up to a degree-2 approximation of ``h`` the empirical risk of every
+  linear model is a linear function of exactly these moments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpql.diagnostics import Diagnostic, DiagnosticError
+from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
+from dpql.plan.ir import (
+    And,
+    CatIn,
+    CorrRequirement,
+    Count,
+    CountRequirement,
+    MeanRequirement,
+    ModelRequirement,
+    Moment,
+    Pred,
+    Query,
+    Requirement,
+    TruePred,
+    pred_columns,
+)
+
+# A factor: (column, None) is the scaled numeric value, (column, code) the indicator 1{x = code}.
+Factor = tuple[str, int | None]
+
+_TRUE = TruePred()
+
+
+@dataclass(frozen=True)
+class RequirementMeasures:
+    """Deduplicated measures of a list of requirements.
+
+    ``queries`` are scalar [0, 1] queries (each 1/n sensitivity, so K of them have L2
+    sensitivity sqrt(K)/n together); ``index[r]`` lists the positions of requirement ``r``'s
+    queries in ``queries``.
+    """
+
+    queries: tuple[Query, ...]
+    index: tuple[tuple[int, ...], ...]
+
+    def answer_map(self, answers: Sequence[float] | np.ndarray) -> dict[Query, float]:
+        """Pair answers (in ``queries`` order) with their queries, for :func:`requirement_value`."""
+        flat = np.asarray(answers, dtype=np.float64).ravel()
+        if flat.shape[0] != len(self.queries):
+            raise ValueError(f"expected {len(self.queries)} answers, got {flat.shape[0]}")
+        return dict(zip(self.queries, flat.tolist(), strict=True))
+
+
+def _error(code: str, message: str, hint: str, req: Requirement | None = None) -> DiagnosticError:
+    where = f"requirement '{req.text}': " if req is not None and req.text else ""
+    return DiagnosticError([Diagnostic(code, where + message, hint=hint)])
+
+
+def _column(domain: Domain, name: str, req: Requirement) -> NumericColumn | CategoricalColumn:
+    if name not in domain:
+        raise _error("E501", f"unknown column '{name}'", "use a column of the schema", req)
+    return domain[name]
+
+
+def _scalar_factor(domain: Domain, name: str, req: Requirement) -> Factor:
+    """A column as one [0, 1] factor: numeric scaled, or a binary categorical's 2nd value."""
+    col = _column(domain, name, req)
+    if isinstance(col, NumericColumn):
+        return (name, None)
+    if col.card == 2:
+        return (name, 1)
+    raise _error(
+        "E501",
+        f"column '{name}' has {col.card} categories; corr and mean need a numeric or binary column",
+        f'use count({name} == "...") per category instead',
+        req,
+    )
+
+
+def _model_factors(req: ModelRequirement, domain: Domain) -> list[Factor]:
+    out: list[Factor] = []
+    for f in req.features:
+        col = _column(domain, f, req)
+        if isinstance(col, NumericColumn):
+            out.append((f, None))
+        else:
+            out.extend((f, code) for code in range(1, col.card))
+    label = _column(domain, req.label, req)
+    if req.model == "logistic":
+        if not isinstance(label, CategoricalColumn):
+            raise _error(
+                "E501",
+                f"logistic regression needs a categorical label, '{req.label}' is numeric",
+                "use linear(...) for a numeric label",
+                req,
+            )
+        out.extend((req.label, code) for code in range(1, label.card))
+    else:
+        if not isinstance(label, NumericColumn):
+            raise _error(
+                "E501",
+                f"linear regression needs a numeric label, '{req.label}' is categorical",
+                "use logistic(...) for a categorical label",
+                req,
+            )
+        out.append((req.label, None))
+    return out
+
+
+def _conj(items: list[Pred]) -> Pred:
+    items = [p for p in items if not isinstance(p, TruePred)]
+    if not items:
+        return TruePred()
+    return items[0] if len(items) == 1 else And(tuple(items))
+
+
+def product_query(factors: Sequence[Factor], given: Pred = _TRUE) -> Query | float:
+    """The query ``E[prod(factors) * 1{given}]`` in canonical form, or the constant 0.0 / 1.0.
+
+    Canonical: numeric columns sorted, indicators folded into ``given`` sorted by column, so equal
+    products from different requirements deduplicate.
+    """
+    nums = tuple(sorted(c for c, code in factors if code is None))
+    codes: dict[str, int] = {}
+    for c, code in factors:
+        if code is not None:
+            if codes.setdefault(c, code) != code:
+                return 0.0  # one column cannot take two values
+    inds: list[Pred] = [CatIn(c, frozenset({codes[c]})) for c in sorted(codes)]
+    pred = _conj([*inds, given])
+    if nums:
+        return Moment(nums, given=pred)
+    return 1.0 if isinstance(pred, TruePred) else Count(pred)
+
+
+def _moment_queries(factors: Sequence[Factor]) -> list[Query | float]:
+    """First moments of every factor and products of every pair ``i <= j`` (squares included)."""
+    out: list[Query | float] = [product_query([f]) for f in factors]
+    for i, fi in enumerate(factors):
+        for fj in factors[i:]:
+            out.append(product_query([fi, fj]))
+    return out
+
+
+def _corr_parts(req: CorrRequirement, domain: Domain) -> list[Query | float]:
+    a, b = _scalar_factor(domain, req.a, req), _scalar_factor(domain, req.b, req)
+    return [product_query(p) for p in ([a], [b], [a, a], [a, b], [b, b])]
+
+
+def _mean_parts(req: MeanRequirement, domain: Domain) -> list[Query | float]:
+    f = _scalar_factor(domain, req.column, req)
+    return [product_query([f], req.given), product_query([], req.given)]
+
+
+def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
+    """The measured queries of one requirement (constants removed, duplicates kept once)."""
+    if isinstance(req, CorrRequirement):
+        parts = _corr_parts(req, domain)
+    elif isinstance(req, MeanRequirement):
+        parts = _mean_parts(req, domain)
+    elif isinstance(req, CountRequirement):
+        parts = [product_query([], req.predicate)]
+    else:
+        parts = _moment_queries(_model_factors(req, domain))
+    return tuple(dict.fromkeys(p for p in parts if not isinstance(p, float)))
+
+
+def expand_requirements(reqs: Sequence[Requirement], domain: Domain) -> RequirementMeasures:
+    """Deduplicated measures of all requirements, with each requirement's indices into them."""
+    pos: dict[Query, int] = {}
+    index = []
+    for r in reqs:
+        index.append(tuple(pos.setdefault(q, len(pos)) for q in requirement_queries(r, domain)))
+    return RequirementMeasures(tuple(pos), tuple(index))
+
+
+# ---------------------------------------------------------------------------------------------
+# Values from answers
+
+
+def _lookup(answers: Mapping[Query, float], part: Query | float) -> float:
+    return part if isinstance(part, float) else float(answers[part])
+
+
+def _corr(m: Sequence[float]) -> float:
+    ma, mb, maa, mab, mbb = m
+    va, vb = maa - ma * ma, mbb - mb * mb
+    if not (va > 0 and vb > 0):
+        return math.nan
+    return (mab - ma * mb) / math.sqrt(va * vb)
+
+
+def _ratio(m: Sequence[float]) -> float:
+    return m[0] / m[1] if m[1] > 0 else math.nan
+
+
+def _parts_and_fn(
+    req: Requirement, domain: Domain
+) -> tuple[list[Query | float], Callable[[Sequence[float]], float], float]:
+    """(parts, value on the [0, 1] scale, factor to original units)."""
+    if isinstance(req, CorrRequirement):
+        return _corr_parts(req, domain), _corr, 1.0
+    if isinstance(req, MeanRequirement):
+        col = domain[req.column]
+        span = col.span if isinstance(col, NumericColumn) else 1.0
+        return _mean_parts(req, domain), _ratio, span
+    if isinstance(req, CountRequirement):
+        return [product_query([], req.predicate)], lambda m: m[0], 1.0
+    raise TypeError("model requirements have no moment value; see dpql.accept")
+
+
+def requirement_value(req: Requirement, answers: Mapping[Query, float], domain: Domain) -> float:
+    """Value of a corr / mean / count requirement from (noisy or exact) answers of its queries.
+
+    ``corr``: Pearson correlation from first and second moments (scale-free). ``mean(a | P)``:
+    ``E[u_a 1{P}] / E[1{P}]`` mapped back to original units (``lo + span * ratio``). ``count``: a
+    fraction of rows. Raises ``E502`` when the value is undefined (zero or negative variance, an
+    empty condition) -- with noisy answers this means the noise swamped the statistic.
+    """
+    parts, fn, _ = _parts_and_fn(req, domain)
+    v = fn([_lookup(answers, p) for p in parts])
+    if math.isnan(v):
+        what = "a column has zero variance" if isinstance(req, CorrRequirement) else "no row"
+        raise _error(
+            "E502",
+            f"the value is undefined ({what})",
+            "check the column is not constant / the condition selects rows; "
+            "with noisy answers, spend more budget on the requirement",
+            req,
+        )
+    if isinstance(req, MeanRequirement) and isinstance(domain[req.column], NumericColumn):
+        return float(domain[req.column].unscale(v))
+    return float(v)
+
+
+def _gradient(fn: Callable[[Sequence[float]], float], m: Sequence[float]) -> np.ndarray:
+    """Central differences: the value functions are smooth where defined and cheap."""
+    m = np.asarray(m, dtype=np.float64)
+    h = 1e-6
+    out = np.zeros_like(m)
+    for i in range(m.size):
+        e = np.zeros_like(m)
+        e[i] = h
+        out[i] = (fn(m + e) - fn(m - e)) / (2 * h)
+    return out
+
+
+def value_sd(
+    req: Requirement, answers: Mapping[Query, float], sigma: float, domain: Domain
+) -> float:
+    """Delta-method standard deviation of :func:`requirement_value` at the given answers.
+
+    Each measured part carries independent N(0, sigma^2) noise (one joint Gaussian release);
+    constant parts carry none. ``sd = sigma * ||grad_measured value||_2`` in original units.
+    """
+    parts, fn, span = _parts_and_fn(req, domain)
+    g = _gradient(fn, [_lookup(answers, p) for p in parts])
+    noisy = np.array([not isinstance(p, float) for p in parts])
+    return float(span * sigma * np.linalg.norm(g[noisy]))
+
+
+def uniform_prior_probability(pred: Pred, domain: Domain, rows: int = 1 << 15) -> float:
+    """P(pred) when every column is independently uniform on its public domain.
+
+    Data-independent (a fixed-seed Monte Carlo over the domain, not over data).
+    """
+    from dpql.plan.exact import eval_pred
+
+    cols = pred_columns(pred)
+    if not cols:
+        return 1.0
+    rng = np.random.default_rng(0)
+    sub = Domain(tuple(domain[c] for c in cols))
+    codes, scaled = {}, {}
+    for c in sub:
+        if isinstance(c, NumericColumn):
+            u = rng.uniform(0.0, 1.0, rows)
+            scaled[c.name] = u
+            codes[c.name] = c.bin_of(c.lo + u * c.span)
+        else:
+            codes[c.name] = rng.integers(0, c.card, rows).astype(np.int32)
+    return float(eval_pred(pred, EncodedTable(sub, codes, scaled)).mean())
+
+
+def _plausible(part: Query | float, domain: Domain) -> float:
+    """Uniform-prior moment of one part, with columns independent."""
+    if isinstance(part, float):
+        return part
+    if isinstance(part, Count):
+        return uniform_prior_probability(part.predicate, domain)
+    mean_u = {1: 1 / 2, 2: 1 / 3}  # E u, E u^2 for u ~ U[0, 1]
+    cols = part.columns
+    num = 1.0
+    for c in set(cols):
+        num *= mean_u[cols.count(c)]
+    return num * uniform_prior_probability(part.given, domain)
+
+
+def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
+    """Predicted standard deviation of a requirement's released value, per-measure noise ``sigma``.
+
+    A planning number: data-independent, so the delta method is evaluated at *plausible public*
+    moments -- every column independently uniform on its public bounds (corr = 0, E u = 1/2,
+    E u^2 = 1/3, P(pred) under the uniform prior). For ``mean(a | P)`` the conditional mean is
+    taken at the worst case (ratio 1), giving ``span * sigma * sqrt(2) / P(P)``. The uniform prior
+    is *optimistic* for concentrated columns (small variance, rare conditions): there the real
+    error is larger; the acceptance report recomputes the sd at the noisy values.
+
+    Model requirements: the sd of the *risk* of a fixed model with ``||(theta, b)||_2 <= 1``
+    (the excess-risk digest's a = 1 normalisation) as a linear function of the measured moments
+    (excess_risk.md sec. 11.2): squared loss ``sqrt(1 + 4 + 2) sigma``; logistic loss with
+    ``h(z) ~ log 2 + z^2 / 8``: ``sqrt(1 + (3/4)^2 + 2/64) sigma``. A proxy for the accuracy gap,
+    which is not a smooth function of moments.
+    """
+    if isinstance(req, ModelRequirement):
+        return sigma * (math.sqrt(7.0) if req.model == "linear" else math.sqrt(1 + 9 / 16 + 1 / 32))
+    if isinstance(req, CountRequirement):
+        return sigma
+    parts, fn, span = _parts_and_fn(req, domain)
+    m = [_plausible(p, domain) for p in parts]
+    if isinstance(req, MeanRequirement):
+        m[0] = m[1]  # worst-case conditional mean (ratio 1)
+    if isinstance(req, MeanRequirement) and m[1] <= 0:
+        return math.inf
+    g = _gradient(fn, m)
+    noisy = np.array([not isinstance(p, float) for p in parts])
+    return float(span * sigma * np.linalg.norm(g[noisy]))
+
+
+def smallest_epsilon_for(
+    req: Requirement,
+    tolerance: float,
+    sigma_of_eps: Callable[[float], float],
+    domain: Domain,
+    *,
+    z: float = 2.0,
+    lo: float = 1e-4,
+    hi: float = 1e3,
+) -> float:
+    """Smallest epsilon with ``z * predicted_error(req, sigma_of_eps(eps)) <= tolerance``.
+
+    Bisection on log(eps) (``sigma_of_eps`` is the planner's accounting, decreasing in eps;
+    not reimplemented here). ``z = 2`` matches the acceptance tests' ~2 sigma inconclusive band.
+    Returns ``math.inf`` when even ``hi`` is not enough.
+    """
+
+    def ok(eps: float) -> bool:
+        return z * predicted_error(req, sigma_of_eps(eps), domain) <= tolerance
+
+    if not ok(hi):
+        return math.inf
+    if ok(lo):
+        return lo
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(60):
+        mid = (a + b) / 2
+        a, b = (a, mid) if ok(math.exp(mid)) else (mid, b)
+    return math.exp(b)

@@ -1,0 +1,492 @@
+"""Semantic resolution: DSL trees + the public :class:`Domain` -> typed query IR and requirements.
+
+This pass reads the spec only, never data (DESIGN invariant 1). It checks every column, type
+and value against the schema and reports *all* problems of a spec at once, with positions in the
+spec file (codes E3xx/W3xx, table in spec/language.md):
+
+* E301 unknown column (with "did you mean")   * E307 ``k`` out of range for ``marginals(k)``
+* E302 column of the wrong type               * E308 logistic label without exactly 2 values
+* E303 comparison invalid for the column type * E309 a count (``n``, ``thresholds``) below 1
+* E304 value not in the column's domain       * E310 an item expands to too many queries
+* E305 marginal with too many cells           * E311 metric unknown for the requirement
+* E306 column repeated in one construct       * E312 tolerance not positive
+* W301 (warning) threshold outside the column's ``[min, max]``: values are clipped to the
+  bounds, so the comparison is constant on the declared domain
+* W302 (warning) marginal with more cells than the table has rows (noise-dominated cells)
+
+Random query families (``range``, ``halfspaces``) are drawn with a numpy Generator seeded from
+the *public* plan seed and the item's canonical text. That randomness is not DP noise: it is
+public and the plan records the resulting queries. Hashing the item text keeps an item's queries
+the same when other items are added or reordered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Literal
+
+import numpy as np
+
+from dpql.diagnostics import DiagnosticSink, SourcePos, did_you_mean
+from dpql.domain import CategoricalColumn, Column, Domain, NumericColumn
+from dpql.lang import ast as A
+from dpql.plan.ir import (
+    And,
+    CatIn,
+    CorrRequirement,
+    Count,
+    CountRequirement,
+    Halfspace,
+    Marginal,
+    MeanRequirement,
+    ModelRequirement,
+    Moment,
+    Not,
+    NumCmp,
+    Or,
+    Pred,
+    Prefix,
+    Query,
+    Requirement,
+    Tolerance,
+    TruePred,
+)
+
+#: Largest number of cells of one marginal (a dense float64 answer of 8 MB).
+MAX_MARGINAL_CELLS = 1_000_000
+#: Largest number of queries one workload item may expand to.
+MAX_QUERIES_PER_ITEM = 1_000_000
+#: Number of random prefix points of ``range(...)`` without ``thresholds``.
+DEFAULT_RANGE_THRESHOLDS = 64
+#: Metrics a bound such as ``accuracy >= 0.8`` may name, per model requirement.
+MODEL_METRICS: dict[str, tuple[str, ...]] = {
+    "logistic": ("accuracy", "f1", "auc"),
+    "linear": ("r2", "rmse"),
+}
+
+Kind = Literal["numeric", "categorical"]
+
+
+@dataclass(frozen=True)
+class ResolvedWorkload:
+    """The workload's distinct queries in first-appearance order; ``items[i]`` is the index of
+    the workload item that first produced ``queries[i]``."""
+
+    queries: tuple[Query, ...]
+    items: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What resolving one DSL string needs: the schema, where the string is, the sink."""
+
+    domain: Domain
+    origin: SourcePos | None
+    sink: DiagnosticSink
+
+    def error(self, code: str, message: str, node: A.Node, hint: str | None = None) -> None:
+        self.sink.error(code, message, node.pos.in_file(self.origin), hint)
+
+    def warning(self, code: str, message: str, node: A.Node, hint: str | None = None) -> None:
+        self.sink.warning(code, message, node.pos.in_file(self.origin), hint)
+
+
+# --------------------------------------------------------------------------------------------
+# Columns
+
+
+def _lookup(s: _Scope, col: A.Column, construct: str, kind: Kind | None = None) -> Column | None:
+    """The schema column ``col`` names, if it exists and (when ``kind`` is given) has that kind."""
+    if col.name not in s.domain:
+        hint = did_you_mean(col.name, s.domain.names) or "columns are declared under `schema:`"
+        s.error("E301", f"unknown column '{col.name}'", col, hint)
+        return None
+    c = s.domain[col.name]
+    if kind is not None and c.kind != kind:
+        s.error("E302", f"{construct} needs a {kind} column; '{c.name}' is {c.kind}", col)
+        return None
+    return c
+
+
+def _distinct(s: _Scope, cols: Sequence[A.Column], construct: str) -> bool:
+    seen: set[str] = set()
+    for c in cols:
+        if c.name in seen:
+            s.error("E306", f"column '{c.name}' appears more than once in {construct}", c)
+            return False
+        seen.add(c.name)
+    return True
+
+
+def _names(
+    s: _Scope, cols: Sequence[A.Column], construct: str, kind: Kind | None = None
+) -> tuple[str, ...] | None:
+    """Names of ``cols`` if all exist, have ``kind`` and are distinct (all problems reported)."""
+    found = [_lookup(s, c, construct, kind) for c in cols]
+    if not _distinct(s, cols, construct) or any(c is None for c in found):
+        return None
+    return tuple(c.name for c in cols)
+
+
+def _schema_order(domain: Domain, names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(sorted(names, key=domain.names.index))
+
+
+# --------------------------------------------------------------------------------------------
+# Predicates
+
+
+def _category(s: _Scope, col: CategoricalColumn, v: A.Value) -> int | None:
+    """Code of a literal among ``col``'s values; a number matches the category spelt like it."""
+    text = v.value if isinstance(v, A.StringLit) else A.number_text(v.value)
+    if text in col.values:
+        return col.code_of(text)
+    shown = A.string_text(text) if isinstance(v, A.StringLit) else text
+    hint = did_you_mean(text, col.values) or f"its categories are: {', '.join(col.values)}"
+    s.error("E304", f"{shown} is not a category of '{col.name}'", v, hint)
+    return None
+
+
+def _threshold(s: _Scope, col: NumericColumn, v: A.Value, op: str) -> float | None:
+    if isinstance(v, A.StringLit):
+        s.error(
+            "E303",
+            f"numeric column '{col.name}' compared with the string {A.string_text(v.value)}",
+            v,
+            f"compare with a number, e.g. {A.column_text(col.name)} {op} {A.number_text(col.lo)}",
+        )
+        return None
+    if not col.lo <= v.value <= col.hi:
+        s.warning(
+            "W301",
+            f"threshold {A.number_text(v.value)} is outside the declared range of "
+            f"'{col.name}' [{A.number_text(col.lo)}, {A.number_text(col.hi)}]",
+            v,
+            "values are clipped to the declared range, so this comparison is constant",
+        )
+    return col.scale(v.value)
+
+
+def _comparison(s: _Scope, p: A.Comparison) -> Pred | None:
+    col = _lookup(s, p.column, "a comparison")
+    if col is None:
+        return None
+    if isinstance(col, NumericColumn):
+        t = _threshold(s, col, p.value, p.op)
+        if t is None:
+            return None
+        if p.op == "==":  # the closed interval [t, t]; meaningful for integer columns
+            return And((NumCmp(col.name, ">=", t), NumCmp(col.name, "<=", t)))
+        if p.op == "!=":
+            return Or((NumCmp(col.name, "<", t), NumCmp(col.name, ">", t)))
+        return NumCmp(col.name, p.op, t)
+    if p.op not in ("==", "!="):
+        hint = f"use ==, != or `{A.column_text(col.name)} in {{...}}`"
+        s.error("E303", f"'{p.op}' needs a numeric column; '{col.name}' is categorical", p, hint)
+        return None
+    code = _category(s, col, p.value)
+    if code is None:
+        return None
+    codes = {code} if p.op == "==" else set(range(col.card)) - {code}
+    return CatIn(col.name, frozenset(codes))
+
+
+def _membership(s: _Scope, p: A.Membership) -> Pred | None:
+    col = _lookup(s, p.column, "a comparison")
+    if col is None:
+        return None
+    if isinstance(col, NumericColumn):
+        hint = "use comparisons, e.g. `age >= 20 and age < 30`"
+        s.error("E303", f"'in' needs a categorical column; '{col.name}' is numeric", p, hint)
+        return None
+    codes = [_category(s, col, v) for v in p.values]
+    if any(c is None for c in codes):
+        return None
+    return CatIn(col.name, frozenset(c for c in codes if c is not None))
+
+
+def _predicate(s: _Scope, p: A.PredNode) -> Pred | None:
+    """IR predicate of ``p`` (None after reporting errors). Numeric thresholds go to the [0, 1]
+    scale with ``NumericColumn.scale``; ``==``/``!=``/``in`` on categories become ``CatIn``."""
+    if isinstance(p, A.Comparison):
+        return _comparison(s, p)
+    if isinstance(p, A.Membership):
+        return _membership(s, p)
+    if isinstance(p, A.Negation):
+        inner = _predicate(s, p.item)
+        return None if inner is None else Not(inner)
+    items = [_predicate(s, i) for i in p.items]  # resolve all: report every error
+    if any(i is None for i in items):
+        return None
+    kept = tuple(i for i in items if i is not None)
+    return And(kept) if isinstance(p, A.Conjunction) else Or(kept)
+
+
+def _given(s: _Scope, p: A.PredNode | None) -> Pred | None:
+    return TruePred() if p is None else _predicate(s, p)
+
+
+# --------------------------------------------------------------------------------------------
+# Workload items
+
+
+def _item_rng(seed: int, node: A.WorkloadNode) -> np.random.Generator:
+    """Public generator of one item's random queries: seeded by the plan seed and the item."""
+    digest = hashlib.sha256(A.to_dsl(node).encode("utf-8")).digest()
+    return np.random.default_rng([seed, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
+
+
+def _count_ok(s: _Scope, node: A.WorkloadNode, count: int, what: str) -> bool:
+    if count < 1:
+        s.error("E309", f"{what} must be at least 1, not {count}", node)
+        return False
+    if count > MAX_QUERIES_PER_ITEM:
+        s.error(
+            "E310",
+            f"{A.to_dsl(node)} expands to {count:,} queries (limit {MAX_QUERIES_PER_ITEM:,})",
+            node,
+            "ask for fewer queries or fewer columns",
+        )
+        return False
+    return True
+
+
+def _sized(s: _Scope, node: A.WorkloadNode, marginals: list[Marginal], n: int) -> list[Query]:
+    """``marginals`` unless one has more than MAX_MARGINAL_CELLS cells (E305)."""
+    cells = [m.cells(s.domain) for m in marginals]
+    too_big = [c for c in cells if c > MAX_MARGINAL_CELLS]
+    hint = "declare coarser `bins:`/`edges:` for numeric columns, or use fewer columns"
+    if too_big:
+        big = max(range(len(cells)), key=cells.__getitem__)
+        largest = A.to_dsl(A.Marginal(tuple(A.Column(c) for c in marginals[big].columns)))
+        s.error(
+            "E305",
+            f"{len(too_big)} of the {len(cells)} marginals of {A.to_dsl(node)} have more than "
+            f"{MAX_MARGINAL_CELLS:,} cells; the largest, {largest}, has {cells[big]:,}",
+            node,
+            hint,
+        )
+        return []
+    sparse = sum(c > n for c in cells)
+    if sparse:
+        s.warning(
+            "W302",
+            f"{sparse} of the {len(cells)} marginals of {A.to_dsl(node)} have more cells than "
+            f"the table has rows ({n:,}): most cells will be noise",
+            node,
+            hint,
+        )
+    return list(marginals)
+
+
+def _all_marginals(s: _Scope, node: A.AllMarginals, n: int) -> list[Query]:
+    names = s.domain.names if node.over is None else _names(s, node.over, "marginals")
+    if names is None:
+        return []
+    names = _schema_order(s.domain, names)
+    if not 1 <= node.k <= len(names):
+        s.error(
+            "E307",
+            f"marginals({node.k}) over {len(names)} columns: k must be between 1 and {len(names)}",
+            node,
+        )
+        return []
+    if not _count_ok(s, node, math.comb(len(names), node.k), "the number of marginals"):
+        return []
+    return _sized(s, node, [Marginal(c) for c in combinations(names, node.k)], n)
+
+
+def _marginal(s: _Scope, node: A.Marginal, n: int) -> list[Query]:
+    names = _names(s, node.columns, "marginal")
+    return [] if names is None else _sized(s, node, [Marginal(_schema_order(s.domain, names))], n)
+
+
+def _label(s: _Scope, by: A.Column, construct: str, columns: tuple[str, ...]) -> str | None:
+    """The categorical ``by`` column of a construct, distinct from its other columns."""
+    col = _lookup(s, by, f"the label of {construct}", "categorical")
+    if col is not None and by.name in columns:
+        s.error("E306", f"column '{by.name}' appears more than once in {construct}", by)
+        return None
+    return None if col is None else col.name
+
+
+def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
+    """``m`` prefix queries; each threshold vector is uniform on [0, 1]^k (public randomness)."""
+    cols = _names(s, node.columns, "range", "numeric")
+    by = _label(s, node.by, "range", cols or ()) if node.by is not None else None
+    m = DEFAULT_RANGE_THRESHOLDS if node.thresholds is None else node.thresholds
+    if not _count_ok(s, node, m, "thresholds") or cols is None or (node.by and by is None):
+        return []
+    points = _item_rng(seed, node).random((m, len(cols)))
+    return [Prefix(cols, tuple(float(x) for x in p), by) for p in points]
+
+
+def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
+    """``m`` random class-conditional halfspaces (RAP++ §5.1, `rap_pp.md` §3.3).
+
+    ``theta ~ N(0, I_r) / sqrt(r)`` as in the paper and its code. The paper's ``tau ~ N(0, 1)``
+    assumes standardised features; on [0, 1]-scaled data many such halfspaces miss the unit
+    cube and are constant (digest pitfall 3). We draw ``tau = <theta, p>`` for ``p`` uniform on
+    [0, 1]^r instead, so every hyperplane passes through the cube and splits the data domain.
+    """
+    if node.over is None:
+        cols = tuple(c.name for c in s.domain.numeric)
+        if not cols:
+            s.error("E302", "halfspaces needs numeric columns; the schema has none", node)
+    else:
+        cols = _names(s, node.over, "halfspaces", "numeric")
+    by = _label(s, node.by, "halfspaces", cols or ())
+    if not _count_ok(s, node, node.n, "the number of halfspaces") or not cols or by is None:
+        return []
+    rng = _item_rng(seed, node)
+    r = len(cols)
+    theta = rng.standard_normal((node.n, r)) / math.sqrt(r)
+    tau = np.einsum("ij,ij->i", theta, rng.random((node.n, r)))
+    return [
+        Halfspace(cols, tuple(float(x) for x in th), float(t), by)
+        for th, t in zip(theta, tau, strict=True)
+    ]
+
+
+def _count(s: _Scope, node: A.CountOf) -> list[Query]:
+    p = _predicate(s, node.predicate)
+    return [] if p is None else [Count(p)]
+
+
+def _mean(s: _Scope, node: A.MeanOf) -> list[Query]:
+    """``Moment((col,), given)``, plus ``Count(given)`` when conditional, so that the
+    conditional mean (their ratio) is determined by the measured answers."""
+    col = _lookup(s, node.column, "mean", "numeric")
+    given = _given(s, node.given)
+    if col is None or given is None:
+        return []
+    moment = Moment((col.name,), given)
+    return [moment] if isinstance(given, TruePred) else [moment, Count(given)]
+
+
+def _expand(s: _Scope, node: A.WorkloadNode, n: int, seed: int) -> list[Query]:
+    if isinstance(node, A.AllMarginals):
+        return _all_marginals(s, node, n)
+    if isinstance(node, A.Marginal):
+        return _marginal(s, node, n)
+    if isinstance(node, A.Range):
+        return _range(s, node, seed)
+    if isinstance(node, A.Halfspaces):
+        return _halfspaces(s, node, seed)
+    if isinstance(node, A.CountOf):
+        return _count(s, node)
+    return _mean(s, node)
+
+
+def _origin(origins: Sequence[SourcePos | None] | None, i: int) -> SourcePos | None:
+    return origins[i] if origins is not None else None
+
+
+def resolve_workload(
+    nodes: Sequence[A.WorkloadNode],
+    domain: Domain,
+    n: int,
+    seed: int,
+    origins: Sequence[SourcePos | None] | None = None,
+    sink: DiagnosticSink | None = None,
+) -> ResolvedWorkload:
+    """Expand workload items into distinct IR queries (first appearance wins).
+
+    ``n`` is the public row count (for W302), ``seed`` the public, non-negative plan seed of the
+    random families, ``origins[i]`` the spec-file position of item i's first character. Raises
+    DiagnosticError with every diagnostic if any is an error; warnings are left in ``sink``
+    when one is passed (pass the planner's sink to surface them).
+    """
+    sink = DiagnosticSink() if sink is None else sink
+    first_item: dict[Query, int] = {}
+    for i, node in enumerate(nodes):
+        for q in _expand(_Scope(domain, _origin(origins, i), sink), node, n, seed):
+            first_item.setdefault(q, i)
+    sink.raise_if_errors()
+    return ResolvedWorkload(tuple(first_item), tuple(first_item.values()))
+
+
+# --------------------------------------------------------------------------------------------
+# Requirements
+
+
+def _tolerance(s: _Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance | None:
+    if isinstance(t, A.Within):
+        if t.value <= 0:
+            s.error("E312", f"tolerance must be positive, not {A.number_text(t.value)}", t)
+            return None
+        return Tolerance(within=t.value)
+    metrics = MODEL_METRICS.get(kind, ())
+    if t.metric in metrics:
+        return Tolerance(metric=t.metric, op=t.op, bound=t.value)
+    if metrics:
+        hint = did_you_mean(t.metric, metrics) or f"{kind} metrics are: {', '.join(metrics)}"
+        s.error("E311", f"unknown metric '{t.metric}' for a {kind} requirement", t, hint)
+    else:
+        hint = f"state a {kind} requirement as `within t`"
+        s.error("E311", f"a {kind} requirement takes no metric bound", t, hint)
+    return None
+
+
+def _model(s: _Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requirement | None:
+    if m.kind == "logistic":
+        label = _lookup(s, m.label, "the label of logistic", "categorical")
+        if isinstance(label, CategoricalColumn) and label.card != 2:
+            s.error(
+                "E308",
+                f"the label of logistic must have exactly 2 values; '{label.name}' has "
+                f"{label.card}",
+                m.label,
+            )
+            label = None
+    else:
+        label = _lookup(s, m.label, "the label of linear", "numeric")
+    features = _names(s, (m.label, *m.features), f"{m.kind}(...)")
+    if label is None or features is None or tol is None:
+        return None
+    return ModelRequirement(m.kind, label.name, features[1:], tol, text)
+
+
+def _kind(target: A.Model | A.Corr | A.MeanOf | A.CountOf) -> str:
+    if isinstance(target, A.Model):
+        return target.kind
+    return {A.Corr: "corr", A.MeanOf: "mean", A.CountOf: "count"}[type(target)]
+
+
+def _requirement(s: _Scope, node: A.Requirement) -> Requirement | None:
+    target, text = node.target, A.to_dsl(node)
+    tol = _tolerance(s, node.tolerance, _kind(target))
+    if isinstance(target, A.Model):
+        return _model(s, target, tol, text)
+    if isinstance(target, A.Corr):
+        pair = _names(s, (target.a, target.b), "corr", "numeric")
+        return None if pair is None or tol is None else CorrRequirement(*pair, tol, text)
+    if isinstance(target, A.MeanOf):
+        col = _lookup(s, target.column, "mean", "numeric")
+        given = _given(s, target.given)
+        if col is None or given is None or tol is None:
+            return None
+        return MeanRequirement(col.name, given, tol, text)
+    p = _predicate(s, target.predicate)
+    return None if p is None or tol is None else CountRequirement(p, tol, text)
+
+
+def resolve_requirements(
+    nodes: Sequence[A.RequirementNode],
+    domain: Domain,
+    origins: Sequence[SourcePos | None] | None = None,
+    sink: DiagnosticSink | None = None,
+) -> tuple[Requirement, ...]:
+    """IR requirements of ``nodes`` (``text`` is each one's canonical DSL). Tolerances stay in
+    the user's units (see spec/language.md). Raises DiagnosticError if any error was found."""
+    sink = DiagnosticSink() if sink is None else sink
+    out = [
+        _requirement(_Scope(domain, _origin(origins, i), sink), node)
+        for i, node in enumerate(nodes)
+    ]
+    sink.raise_if_errors()
+    return tuple(r for r in out if r is not None)

@@ -1,0 +1,141 @@
+"""DP mechanisms: pure functions of arrays that draw noise from a NoiseSource and log to a Ledger.
+
+Every call appends exactly one :class:`~dpql.privacy.ledger.PrivacyEvent` *before* drawing noise,
+so a ledger with a rho cap stops an over-budget release before anything is released.
+
+Neighbouring relation throughout: replace-one with the public row count n (:mod:`dpql.plan.ir`);
+callers pass sensitivities computed under that relation (``Query.sensitivity(n)``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from dpql.privacy.ledger import Ledger, PrivacyEvent
+from dpql.privacy.noise import NoiseSource
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+
+
+def gaussian_sigma(l2_sensitivity: float, rho: float) -> float:
+    """sigma = l2_sensitivity / sqrt(2 rho): the Gaussian mechanism's std for rho-zCDP.
+
+    Bun & Steinke 2016, Prop. 1.6: adding N(0, sigma^2 I) to f with L2 sensitivity Delta is
+    Delta^2/(2 sigma^2)-zCDP (rap_pp.md §4.1, Def. 8 and Lemma 1).
+    """
+    _check_positive("l2_sensitivity", l2_sensitivity)
+    _check_positive("rho", rho)
+    return l2_sensitivity / math.sqrt(2 * rho)
+
+
+def gumbel_beta(score_sensitivity: float, k: int, rho: float) -> float:
+    """beta = score_sensitivity * sqrt(k / (2 rho)): the Gumbel scale for rho-zCDP top-k.
+
+    Gumbel(beta)-argmax samples the exponential mechanism prop. to exp(u / beta), which is
+    (2 Du / beta)-bounded-range, hence Du^2 / (2 beta^2)-zCDP (Cesar & Rogers 2021: eps-BR implies
+    eps^2/8-zCDP); one-shot top-k equals k adaptive peels (Durfee & Rogers 2019), which compose to
+    k Du^2 / (2 beta^2) = rho. See rap_pp.md §4.2 and pitfall 6 (the printed scale is a typo).
+    """
+    _check_positive("score_sensitivity", score_sensitivity)
+    _check_positive("rho", rho)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    return score_sensitivity * math.sqrt(k / (2 * rho))
+
+
+def gaussian_mechanism(
+    answers: np.ndarray,
+    l2_sensitivity: float,
+    rho: float,
+    *,
+    noise: NoiseSource,
+    ledger: Ledger,
+    phase: str,
+    label: str,
+    count: int | None = None,
+) -> np.ndarray:
+    """Release ``answers + N(0, sigma^2 I)`` with sigma = ``gaussian_sigma(l2_sensitivity, rho)``.
+
+    Guarantee: rho-zCDP under replace-one, provided ``l2_sensitivity`` bounds
+    ||answers(D) - answers(D')||_2 over replace-one neighbours D, D' (for a concatenation of
+    queries: the sqrt of the sum of their squared L2 sensitivities). Bun & Steinke 2016, Prop. 1.6.
+
+    ``answers`` may be any shape (e.g. many queries' cells concatenated); the event's ``count`` is
+    ``answers.size`` unless given. Returns float64 noisy answers of the same shape, unclipped.
+    """
+    values = np.asarray(answers, dtype=np.float64)
+    sigma = gaussian_sigma(l2_sensitivity, rho)
+    ledger.append(
+        PrivacyEvent(
+            phase,
+            "gaussian",
+            label,
+            count=values.size if count is None else count,
+            l2_sensitivity=l2_sensitivity,
+            noise_scale=sigma,
+            rho=rho,
+        )
+    )
+    return values + noise.gaussian(values.shape, sigma)
+
+
+def gumbel_top_k(
+    scores: np.ndarray,
+    score_sensitivity: float,
+    k: int,
+    rho: float,
+    *,
+    noise: NoiseSource,
+    ledger: Ledger,
+    phase: str,
+    label: str,
+    exclude: Iterable[int] | None = None,
+) -> np.ndarray:
+    """One-shot Gumbel top-k (Durfee & Rogers 2019): indices of the k largest ``scores + Gumbel``.
+
+    Guarantee: rho-zCDP under replace-one, provided every candidate's score changes by at most
+    ``score_sensitivity`` between replace-one neighbours (e.g. 2/n for the L1 error of a marginal
+    against fixed synthetic answers, 1/n for a scalar query's absolute error). The scale is
+    ``gumbel_beta(score_sensitivity, k_used, rho)``.
+
+    ``exclude`` (e.g. already measured queries) are never chosen. ``k_used = min(k, #eligible)``
+    depends only on the public exclusion set; the event charges the full ``rho`` the calibration
+    used. Returns ``k_used`` int64 indices, best noisy score first.
+    """
+    values = np.asarray(scores, dtype=np.float64)
+    if values.ndim != 1:
+        raise ValueError(f"scores must be one-dimensional, got shape {values.shape}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    eligible = np.ones(values.shape, dtype=bool)
+    if exclude is not None:
+        excluded = np.asarray(list(exclude), dtype=np.int64)
+        if excluded.size and (excluded.min() < 0 or excluded.max() >= values.size):
+            raise ValueError(f"exclude indices must be in [0, {values.size})")
+        eligible[excluded] = False
+    k_used = min(k, int(eligible.sum()))
+    if k_used == 0:
+        raise ValueError(f"{label}: no eligible candidates to select from")
+    if not np.all(np.isfinite(values[eligible])):
+        raise ValueError(f"{label}: scores of eligible candidates must be finite")
+    beta = gumbel_beta(score_sensitivity, k_used, rho)
+    ledger.append(
+        PrivacyEvent(
+            phase,
+            "gumbel_top_k",
+            label,
+            count=k_used,
+            score_sensitivity=score_sensitivity,
+            noise_scale=beta,
+            rho=rho,
+        )
+    )
+    noisy = np.where(eligible, values + noise.gumbel(values.shape, beta), -np.inf)
+    top = np.argpartition(-noisy, k_used - 1)[:k_used]
+    return top[np.argsort(-noisy[top], kind="stable")].astype(np.int64)

@@ -1,0 +1,567 @@
+"""Load a release spec or a policy: YAML with positions -> pydantic model -> cross-field checks.
+
+Every problem becomes a :class:`~dpql.diagnostics.Diagnostic` at the offending key or value
+(codes in :mod:`dpql.spec.codes`); a stage reports all of its problems at once. Loading never
+opens the data file (DESIGN invariant 1): paths are only resolved, relative to the spec file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from dpql.diagnostics import (
+    Diagnostic,
+    DiagnosticError,
+    DiagnosticSink,
+    SourcePos,
+    did_you_mean,
+)
+from dpql.domain import CategoricalColumn, Column, Domain, NumericColumn, numeric_edges
+from dpql.spec.models import (
+    PHASES_OF_METHOD,
+    CategoricalSpec,
+    NumericSpec,
+    Policy,
+    ReleaseSpec,
+)
+from dpql.spec.yamlpos import Located, Path_, YamlDoc, load_yaml
+
+M = TypeVar("M", bound=BaseModel)
+
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+_RANGE_ERRORS |= {"finite_number"}
+_SUFFIX_FORMAT: dict[str, Literal["csv", "parquet"]] = {
+    ".csv": "csv",
+    ".csv.gz": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
+
+
+def implied_format(path: str) -> Literal["csv", "parquet"] | None:
+    """The data format a file name implies, or None."""
+    name = path.lower()
+    return next((f for suffix, f in _SUFFIX_FORMAT.items() if name.endswith(suffix)), None)
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated release spec with everything later stages need and nothing read from data.
+
+    ``workload``/``requirements`` carry each DSL string with the position of its content, so the
+    DSL parser can report ``file:line:col`` (``Located.pos_at(offset)``). ``spec_hash`` is the
+    sha256 of :func:`normalised_spec_json`. ``warnings`` holds W-coded diagnostics.
+    """
+
+    model: ReleaseSpec
+    path: Path
+    source: str
+    doc: YamlDoc
+    workload: tuple[Located, ...]
+    requirements: tuple[Located, ...]
+    domain: Domain
+    spec_hash: str
+    warnings: tuple[Diagnostic, ...]
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the spec, resolved against the spec file's folder."""
+        return (self.path.parent / relative).resolve()
+
+    @property
+    def data_path(self) -> Path:
+        return self.resolve(self.model.data.path)
+
+    @property
+    def data_format(self) -> Literal["csv", "parquet"]:
+        """``data.format``, or the one the path's extension implies (checked at load, E110)."""
+        return self.model.data.format or implied_format(self.model.data.path) or "csv"
+
+    @property
+    def rows(self) -> int:
+        """Public row count n: neighbouring tables differ by replacing one of n rows."""
+        return self.model.data.rows
+
+    @property
+    def target_delta(self) -> float:
+        """The delta the release is reported at: the spec's, else 1/n^2 (rap_pp.md §4.2)."""
+        delta = self.model.privacy.delta
+        return delta if delta is not None else 1.0 / self.rows**2
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    model: Policy
+    path: Path
+    source: str
+    doc: YamlDoc
+
+    @property
+    def ledger_path(self) -> Path | None:
+        """The lifetime release ledger, resolved against the policy file's folder."""
+        lifetime = self.model.lifetime
+        return (self.path.parent / lifetime.ledger).resolve() if lifetime else None
+
+
+def normalised_spec_json(spec: ReleaseSpec) -> str:
+    """The spec as canonical JSON: defaults filled in, keys sorted, compact, columns as an
+    ordered list (column order is meaningful: it is the domain's order). Paths stay as written,
+    so the hash does not depend on where the repository is checked out."""
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["schema"] = [{"name": name, **col} for name, col in data["schema"].items()]
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def spec_sha256(spec: ReleaseSpec) -> str:
+    return hashlib.sha256(normalised_spec_json(spec).encode("utf-8")).hexdigest()
+
+
+def build_domain(spec: ReleaseSpec) -> Domain:
+    """The public domain of the schema (numeric ``bins`` -> :func:`numeric_edges`)."""
+    columns: list[Column] = []
+    for name, col in spec.columns.items():
+        if isinstance(col, NumericSpec):
+            edges = (
+                tuple(float(e) for e in col.edges)
+                if col.edges is not None
+                else numeric_edges(col.min, col.max, col.integer, col.bins or 1)
+            )
+            columns.append(NumericColumn(name, col.min, col.max, col.integer, edges))
+        else:
+            columns.append(CategoricalColumn(name, tuple(col.values)))
+    return Domain(tuple(columns))
+
+
+def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
+    """Load and check a release spec; raise DiagnosticError with every problem found."""
+    doc = _read_yaml(path)
+    spec = _validate(ReleaseSpec, doc)
+    sink = DiagnosticSink()
+    sink.extend(spec_checks(spec, doc))
+    sink.raise_if_errors()
+    return LoadedSpec(
+        model=spec,
+        path=Path(path).resolve(),
+        source=doc.text,
+        doc=doc,
+        workload=tuple(doc.located(("workload", i)) for i in range(len(spec.workload))),
+        requirements=tuple(doc.located(("requirements", i)) for i in range(len(spec.requirements))),
+        domain=build_domain(spec),
+        spec_hash=spec_sha256(spec),
+        warnings=tuple(sink.items),
+    )
+
+
+def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
+    """Load and check a privacy policy; raise DiagnosticError with every problem found."""
+    doc = _read_yaml(path)
+    return LoadedPolicy(_validate(Policy, doc), Path(path).resolve(), doc.text, doc)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+
+
+def _read_yaml(path: str | os.PathLike[str]) -> YamlDoc:
+    file = os.fspath(path)
+    try:
+        text = Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise DiagnosticError(
+            [Diagnostic("E005", f"cannot read {file}: {reason}", SourcePos(file))]
+        ) from None
+    doc = load_yaml(text, file)
+    if not isinstance(doc.data, dict):
+        raise DiagnosticError(
+            [
+                Diagnostic(
+                    "E003",
+                    "the document must be a mapping of keys (dpql: 1, name: ..., data: ...)",
+                    doc.value_pos(()),
+                )
+            ]
+        )
+    return doc
+
+
+def _validate(model: type[M], doc: YamlDoc) -> M:
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as e:
+        diagnostics = [_from_pydantic(err, model, doc) for err in e.errors(include_url=False)]
+        unique = set(diagnostics)  # a union can report one problem twice
+        raise DiagnosticError(sorted(unique, key=_by_position)) from None
+
+
+def _by_position(d: Diagnostic) -> tuple[int, int, str]:
+    return (d.pos.line, d.pos.col, d.code) if d.pos else (0, 0, d.code)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pydantic errors -> positioned diagnostics
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "the document"
+
+
+def _doc_path(doc: YamlDoc, loc: tuple[str | int, ...]) -> Path_:
+    """The longest path of ``loc`` present in the document (skipping pydantic's union tags)."""
+    path: Path_ = ()
+    for part in loc:
+        if doc.has((*path, part)):
+            path = (*path, part)
+    return path
+
+
+def _unwrap(t: Any) -> Any:
+    while True:
+        if typing.get_origin(t) is typing.Annotated:
+            t = typing.get_args(t)[0]
+        elif typing.get_origin(t) in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(t) if a is not type(None)]
+            if len(members) != 1:
+                return tuple(members)
+            t = members[0]
+        else:
+            return t
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+    """Keys the model accepts at ``loc`` (for did-you-mean on an unknown key)."""
+    t: Any = model
+    for part in loc:
+        t = _unwrap(t)
+        if isinstance(t, tuple):  # a discriminated union: ``part`` is the tag
+            t = next((m for m in t if part in _tags(m)), None)
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            t = next(
+                (f.annotation for n, f in t.model_fields.items() if (f.alias or n) == part), None
+            )
+        elif typing.get_origin(t) in (dict, list):
+            t = typing.get_args(t)[-1]
+        else:
+            return []
+    t = _unwrap(t)
+    if isinstance(t, type) and issubclass(t, BaseModel):
+        return [f.alias or n for n, f in t.model_fields.items()]
+    return []
+
+
+def _tags(m: Any) -> tuple[Any, ...]:
+    if not (isinstance(m, type) and issubclass(m, BaseModel)):
+        return ()
+    return tuple(
+        a
+        for f in m.model_fields.values()
+        if typing.get_origin(f.annotation) is typing.Literal
+        for a in typing.get_args(f.annotation)
+    )
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, dict):
+        return " (got a mapping)"
+    if isinstance(value, list):
+        return " (got a list)"
+    return f" (got {value!r})" if len(repr(value)) <= 40 else ""
+
+
+def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic:
+    loc: tuple[str | int, ...] = tuple(err["loc"])
+    kind: str = err["type"]
+    ctx: dict[str, Any] = err.get("ctx") or {}
+    path = _doc_path(doc, loc)
+    name = _dotted(path)
+    should = err["msg"].replace("Input should", "should", 1)
+
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(model, loc[:-1])
+        hint = did_you_mean(str(loc[-1]), allowed) or f"allowed keys: {', '.join(allowed)}"
+        return Diagnostic("E010", f"unknown key '{name}'", doc.key_pos(path), hint)
+    if kind in ("missing", "union_tag_not_found"):
+        field = ctx.get("discriminator", "").strip("'") or str(loc[-1])
+        where = f" in '{name}'" if path else ""
+        pos = doc.key_pos(path)  # the parent key; at top level, where the document starts
+        return Diagnostic(
+            "E011", f"missing required field '{field}'{where}", pos, f"add '{field}: ...'"
+        )
+    if kind == "union_tag_invalid":
+        field = ctx["discriminator"].strip("'")
+        expected = [t.strip(" '") for t in ctx["expected_tags"].split(",")]
+        pos = doc.value_pos((*path, field)) if doc.has((*path, field)) else doc.value_pos(path)
+        hint = did_you_mean(str(ctx["tag"]), expected) or f"use one of: {', '.join(expected)}"
+        return Diagnostic("E102", f"unknown {field} '{ctx['tag']}' in '{name}'", pos, hint)
+
+    pos = doc.key_pos(path) if "[key]" in loc else doc.value_pos(path)
+    if kind == "literal_error":
+        got = err["input"]
+        expected = [t.strip(" '") for t in ctx["expected"].replace(" or ", ",").split(",")]
+        hint = did_you_mean(str(got), expected) or f"use one of: {', '.join(expected)}"
+        return Diagnostic("E102", f"'{name}' {should}{_got(got)}", pos, hint)
+    if kind in _RANGE_ERRORS:
+        return Diagnostic("E101", f"'{name}' {should}{_got(err['input'])}", pos)
+    if kind in ("too_short", "string_too_short"):
+        return Diagnostic(
+            "E103",
+            f"'{name}' must not be empty" if ctx.get("min_length") == 1 else f"'{name}' {should}",
+            pos,
+        )
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        should = "should be a mapping of keys"
+    elif kind in ("list_type", "tuple_type"):
+        should = "should be a list"
+    return Diagnostic("E012", f"'{name}' {should}{_got(err['input'])}", pos)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks across fields (the model is valid field by field)
+
+
+def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
+    """Cross-field checks of a release spec, each positioned at the value to fix."""
+    out: list[Diagnostic] = []
+    for name, col in spec.columns.items():
+        here = ("schema", name)
+        if isinstance(col, NumericSpec):
+            out += _numeric_checks(col, here, doc)
+        else:
+            out += _categorical_checks(col, here, doc)
+        out += _missing_checks(col, spec.missing, here, doc)
+    out += _privacy_checks(spec, doc)
+    data = spec.data
+    if data.format is None and implied_format(data.path) is None:
+        out.append(
+            Diagnostic(
+                "E110",
+                f"cannot tell the format of '{data.path}' from its extension",
+                doc.value_pos(("data", "path")),
+                "add 'format: csv' or 'format: parquet' under data",
+            )
+        )
+    return out
+
+
+def _numeric_checks(col: NumericSpec, here: Path_, doc: YamlDoc) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    if col.min >= col.max:
+        out.append(
+            Diagnostic(
+                "E104",
+                f"min ({col.min:g}) must be below max ({col.max:g}) in '{_dotted(here)}'",
+                doc.value_pos((*here, "max")),
+            )
+        )
+    if col.integer:
+        for key in ("min", "max"):
+            value = getattr(col, key)
+            if not float(value).is_integer():
+                out.append(
+                    Diagnostic(
+                        "E104",
+                        f"{key} of integer column '{here[-1]}' must be a whole number",
+                        doc.value_pos((*here, key)),
+                    )
+                )
+    if col.edges is None:
+        return out
+    edges = col.edges
+    if doc.has((*here, "bins")):
+        out.append(
+            Diagnostic(
+                "E105",
+                f"'{_dotted(here)}' gives both bins and edges",
+                doc.key_pos((*here, "bins")),
+                "keep one of them",
+            )
+        )
+    for i in range(1, len(edges)):
+        if edges[i] <= edges[i - 1]:
+            out.append(
+                Diagnostic(
+                    "E105",
+                    f"edges must be strictly increasing: {edges[i]:g} follows {edges[i - 1]:g}",
+                    doc.value_pos((*here, "edges", i)),
+                )
+            )
+            return out
+    if edges[0] > col.min:
+        out.append(
+            Diagnostic(
+                "E105",
+                f"first edge {edges[0]:g} is above min {col.min:g}: values in "
+                f"[{col.min:g}, {edges[0]:g}) would have no bin",
+                doc.value_pos((*here, "edges", 0)),
+            )
+        )
+    if edges[-1] < col.max:
+        out.append(
+            Diagnostic(
+                "E105",
+                f"last edge {edges[-1]:g} is below max {col.max:g}: values above it would "
+                "have no bin",
+                doc.value_pos((*here, "edges", len(edges) - 1)),
+            )
+        )
+    return out
+
+
+def _categorical_checks(col: CategoricalSpec, here: Path_, doc: YamlDoc) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    seen: set[str] = set()
+    for i, value in enumerate(col.values):
+        if value in seen:
+            out.append(
+                Diagnostic(
+                    "E106",
+                    f"category '{value}' is listed twice in '{_dotted(here)}'",
+                    doc.value_pos((*here, "values", i)),
+                    "categories must be unique: their position is their code",
+                )
+            )
+        seen.add(value)
+    if col.other is not None and col.other not in seen:
+        out.append(
+            Diagnostic(
+                "E109",
+                f"other category '{col.other}' is not one of the values of '{here[-1]}'",
+                doc.value_pos((*here, "other")),
+                did_you_mean(col.other, col.values) or "add it to values",
+            )
+        )
+    return out
+
+
+def _missing_checks(
+    col: NumericSpec | CategoricalSpec, default: str, here: Path_, doc: YamlDoc
+) -> list[Diagnostic]:
+    rule = col.missing or default
+    out: list[Diagnostic] = []
+    if rule == "other" and (isinstance(col, NumericSpec) or col.other is None):
+        out.append(
+            Diagnostic(
+                "E109",
+                f"missing: other needs a categorical column with an 'other' category "
+                f"('{here[-1]}' has none)",
+                doc.value_pos((*here, "missing")),
+                "declare 'other: <one of values>' or use missing: fill",
+            )
+        )
+    if rule == "fill" and col.fill is None:
+        out.append(
+            Diagnostic(
+                "E109",
+                f"missing: fill needs a 'fill' value in '{_dotted(here)}'",
+                doc.value_pos((*here, "missing")),
+                "add 'fill: <value>'",
+            )
+        )
+    if col.fill is None:
+        return out
+    fill_pos = doc.value_pos((*here, "fill"))
+    if rule != "fill":
+        out.append(
+            Diagnostic(
+                "E109",
+                f"'fill' is set but missing is '{rule}' in '{_dotted(here)}'",
+                fill_pos,
+                "set 'missing: fill' or remove 'fill'",
+            )
+        )
+    elif isinstance(col, CategoricalSpec) and col.fill not in col.values:
+        out.append(
+            Diagnostic(
+                "E109",
+                f"fill category '{col.fill}' is not one of the values of '{here[-1]}'",
+                fill_pos,
+                did_you_mean(col.fill, col.values),
+            )
+        )
+    elif isinstance(col, NumericSpec) and not col.min <= col.fill <= col.max:
+        out.append(
+            Diagnostic("E109", f"fill {col.fill:g} is outside [{col.min:g}, {col.max:g}]", fill_pos)
+        )
+    return out
+
+
+def _privacy_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
+    p, at = spec.privacy, ("privacy",)
+    out: list[Diagnostic] = []
+    if p.epsilon is not None and p.rho is not None:
+        out.append(
+            Diagnostic(
+                "E107",
+                "privacy gives both epsilon and rho",
+                doc.key_pos((*at, "rho")),
+                "give epsilon and delta, or rho (with an optional delta), not both",
+            )
+        )
+    elif p.epsilon is not None and p.delta is None:
+        out.append(
+            Diagnostic(
+                "E107",
+                "epsilon needs a delta: dpql's mechanisms are Gaussian, (epsilon, delta)-DP",
+                doc.key_pos((*at, "epsilon")),
+                "add 'delta: ...' under privacy (commonly below 1/rows)",
+            )
+        )
+    elif p.epsilon is None and p.rho is None:
+        out.append(
+            Diagnostic(
+                "E107",
+                "privacy needs a budget: epsilon and delta, or rho",
+                doc.key_pos(at),
+                "add 'epsilon: 1.0' and 'delta: 1e-9' under privacy",
+            )
+        )
+    if p.delta is not None and p.delta >= 1.0 / spec.data.rows:
+        out.append(
+            Diagnostic(
+                "W101",
+                f"delta {p.delta:g} is not below 1/rows = {1.0 / spec.data.rows:.3g}: a "
+                "mechanism could reveal a whole row with probability delta",
+                doc.value_pos((*at, "delta")),
+                "use delta well below 1/rows, e.g. 1/rows^2",
+                "warning",
+            )
+        )
+    if p.split is None:
+        return out
+    method = spec.synthesizer.method
+    allowed = PHASES_OF_METHOD[method]
+    for phase in p.split:
+        if phase not in allowed:
+            out.append(
+                Diagnostic(
+                    "E108",
+                    f"phase '{phase}' is not a phase of the {method} synthesizer",
+                    doc.key_pos((*at, "split", phase)),
+                    f"{method} has phases: {', '.join(sorted(allowed))}"
+                    if allowed
+                    else f"{method} spends no budget of its own: remove split",
+                )
+            )
+    total = sum(p.split.values())
+    if not math.isclose(total, 1.0, rel_tol=0, abs_tol=1e-9):
+        out.append(
+            Diagnostic(
+                "E108",
+                f"split shares sum to {total:g}, not 1",
+                doc.key_pos((*at, "split")),
+            )
+        )
+    return out

@@ -1,0 +1,238 @@
+"""Pydantic models of the release spec (``*.release.yaml``) and the privacy policy.
+
+The models check each field on its own (types, ranges, allowed choices, unknown keys); checks
+across fields (min < max, edges covering the bounds, budget form, split phases, missing-value
+rules) run afterwards in :mod:`dpql.spec.load`, where every problem gets a source position.
+``spec/release.schema.json`` and ``spec/policy.schema.json`` are generated from these models.
+
+Missing values (the ``missing`` keys). A top-level ``missing: error | drop`` is the default for
+every column; a column may override it with its own ``missing``:
+
+* ``error`` (default): a missing value in the data is an input error (E4xx, data layer);
+* ``drop``: rows with a missing value in this column are dropped before measurement. The public
+  row count ``data.rows`` still defines neighbouring tables, so the custodian should set it to
+  the count after dropping (it is public knowledge like every other spec value);
+* ``fill``: replace a missing value by the column's public ``fill`` value (a category of
+  ``values``, or a number in ``[min, max]``);
+* ``other`` (categorical only): map to the column's declared ``other`` category, the catch-all
+  that also receives values not listed in ``values``.
+
+Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
+is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
+(default one half each, rap_pp.md §4.2), ``autoencoder``/``generator`` for gan
+(dp_auto_gan.md §4.2). Shares are positive and sum to 1.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+DEFAULT_BINS = 10  # numeric columns with neither bins nor edges
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Probability = Annotated[float, Field(gt=0, lt=1)]
+Share = Annotated[float, Field(gt=0, lt=1)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+Method = Literal["rap", "gan", "external"]
+Phase = Literal["selection", "measurement", "autoencoder", "generator"]
+PHASES_OF_METHOD: dict[str, frozenset[str]] = {
+    "rap": frozenset({"selection", "measurement"}),
+    "gan": frozenset({"autoencoder", "generator"}),
+    "external": frozenset(),
+}
+MissingRule = Literal["error", "drop", "fill", "other"]
+
+
+class _Model(BaseModel):
+    # strict: the YAML loader already types scalars (YAML 1.2 core schema), so "1" is never 1.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DataSpec(_Model):
+    """Where the private table is and its public size."""
+
+    path: NonEmptyStr = Field(description="Data file, relative to the spec file.")
+    rows: PositiveInt = Field(
+        description="Public row count n. Neighbouring tables: replace-one, both with n rows."
+    )
+    format: Literal["csv", "parquet"] | None = Field(
+        None, description="File format; inferred from the path's extension when absent."
+    )
+    engine: Literal["auto", "memory", "duckdb", "spark"] = Field(
+        "auto", description="Measurement engine; auto picks one from the data size."
+    )
+
+
+class NumericSpec(_Model):
+    """A numeric column with public bounds and public bins (``bins`` or ``edges``)."""
+
+    type: Literal["numeric"]
+    min: Finite = Field(description="Public lower bound (values below are clipped).")
+    max: Finite = Field(description="Public upper bound (values above are clipped).")
+    integer: bool = False
+    bins: PositiveInt | None = Field(
+        None, description=f"Equal-width bins over [min, max]; {DEFAULT_BINS} when no edges."
+    )
+    edges: list[Finite] | None = Field(
+        None,
+        min_length=2,
+        description="Strictly increasing bin edges with edges[0] <= min and edges[-1] >= max.",
+    )
+    missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
+    fill: Finite | None = Field(None, description="Value for missing: fill (in [min, max]).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_bins(cls, data: Any) -> Any:
+        # Filled before validation so an implicit default and `bins: 10` hash the same.
+        if isinstance(data, dict) and data.get("bins") is None and data.get("edges") is None:
+            return {**data, "bins": DEFAULT_BINS}
+        return data
+
+
+class CategoricalSpec(_Model):
+    """A categorical column; the public ``values`` fix the codes (index in the list)."""
+
+    type: Literal["categorical"]
+    values: list[NonEmptyStr] = Field(min_length=1, description="All categories, unique.")
+    other: str | None = Field(
+        None, description="Catch-all category (one of values) for unlisted values."
+    )
+    missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
+    fill: str | None = Field(None, description="Category for missing: fill (one of values).")
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _integer_codes_are_names(cls, v: Any) -> Any:
+        # `values: [1, 2, 3]` names coded categories; data files read them as text.
+        if isinstance(v, list):
+            return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
+        return v
+
+
+ColumnSpec = Annotated[NumericSpec | CategoricalSpec, Field(discriminator="type")]
+
+
+class PrivacySpec(_Model):
+    """The release budget: ``epsilon`` and ``delta``, or a zCDP ``rho`` (optionally ``delta``,
+    the delta at which rho is reported as (epsilon, delta))."""
+
+    epsilon: PositiveFloat | None = None
+    delta: Probability | None = None
+    rho: PositiveFloat | None = None
+    split: dict[Phase, PositiveFloat] | None = Field(
+        None, description="Shares of the synthesizer budget per phase; they sum to 1."
+    )
+
+
+class RapOptions(_Model):
+    """RAP++ knobs (rap_pp.md §4); unset ones take the backend's defaults."""
+
+    rounds: PositiveInt | None = None
+    queries_per_round: PositiveInt | None = None
+    relaxed_rows: PositiveInt | None = None
+    iterations: PositiveInt | None = None
+    learning_rate: PositiveFloat | None = None
+
+
+class RapSynthesizer(_Model):
+    method: Literal["rap"]
+    rows: PositiveInt = Field(description="Rows of the synthetic table.")
+    options: RapOptions = RapOptions()
+
+
+class GanSynthesizer(_Model):
+    method: Literal["gan"]
+    rows: PositiveInt = Field(description="Rows of the synthetic table.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="DP-auto-GAN knobs, validated by the gan backend."
+    )
+
+
+class Budget(_Model):
+    epsilon: PositiveFloat
+    delta: Probability
+
+
+class ExternalSynthesizer(_Model):
+    """A table synthesised elsewhere under its own budget; dpql only post-processes it."""
+
+    method: Literal["external"]
+    path: NonEmptyStr = Field(description="The external synthetic table, relative to the spec.")
+    budget: Budget = Field(description="The (epsilon, delta) the external table was made with.")
+    rows: PositiveInt | None = Field(None, description="Rows to output; default: the table's.")
+
+
+SynthesizerSpec = Annotated[
+    RapSynthesizer | GanSynthesizer | ExternalSynthesizer, Field(discriminator="method")
+]
+
+
+class PostprocessSpec(_Model):
+    method: Literal["iproj"]
+    share: Share = Field(description="Fraction of the release budget for its measurements.")
+
+
+class OutputSpec(_Model):
+    path: NonEmptyStr = Field(description="Synthetic table, relative to the spec file.")
+    provenance: NonEmptyStr = Field(description="Provenance record (JSON).")
+    ledger: NonEmptyStr | None = Field(None, description="Mechanism-event ledger (JSONL).")
+
+
+class ReleaseSpec(_Model):
+    """A release spec, version 1 (``dpql: 1``)."""
+
+    model_config = ConfigDict(title="dpql release spec")
+
+    dpql: Literal[1] = Field(description="Spec format version.")
+    name: NonEmptyStr
+    description: str = ""
+    data: DataSpec
+    columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1)
+    missing: Literal["error", "drop"] = Field(
+        "error", description="Default missing-value rule of every column."
+    )
+    privacy: PrivacySpec
+    workload: list[NonEmptyStr] = Field(min_length=1, description="DSL query expressions.")
+    requirements: list[NonEmptyStr] = Field(
+        default_factory=list, description="DSL requirement expressions."
+    )
+    synthesizer: SynthesizerSpec
+    postprocess: PostprocessSpec | None = None
+    output: OutputSpec
+
+    @field_validator("requirements", mode="before")
+    @classmethod
+    def _absent_requirements(cls, v: Any) -> Any:
+        return [] if v is None else v  # `requirements:` with nothing under it
+
+
+class Lifetime(_Model):
+    epsilon: PositiveFloat = Field(description="Total epsilon over all releases of the source.")
+    ledger: NonEmptyStr = Field(description="Release ledger (JSONL), relative to the policy.")
+
+
+class PolicyRequire(_Model):
+    public_bounds: bool = True
+    delta_below_inverse_rows: bool = True
+
+
+class Policy(_Model):
+    """A privacy policy checked by ``dpql check --policy`` (``dpql-policy: 1``)."""
+
+    model_config = ConfigDict(title="dpql privacy policy")
+
+    dpql_policy: Literal[1] = Field(alias="dpql-policy", description="Policy format version.")
+    max_epsilon: PositiveFloat
+    max_delta: Probability
+    lifetime: Lifetime | None = None
+    forbidden_columns: list[NonEmptyStr] = Field(default_factory=list)
+    allowed_methods: list[Literal["rap", "gan", "iproj", "external"]] = Field(
+        default_factory=lambda: ["rap", "gan", "iproj", "external"]
+    )
+    require: PolicyRequire = PolicyRequire()

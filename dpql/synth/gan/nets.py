@@ -1,0 +1,98 @@
+"""The three networks of DP-auto-GAN as pure JAX functions on parameter pytrees.
+
+Architectures are the paper's ADULT serialisation (App. E.1; digest `dp_auto_gan.md` §2.4):
+
+* autoencoder ``n -> h -> d -> h -> n``, LeakyReLU(0.2) after every layer but the last, which
+  returns *logits* (the paper's final Sigmoid is applied by the loss / at decoding, §3.7);
+* generator ``z -> G(z)`` in latent space: blocks ``leaky(norm(W x))`` without bias, the first two
+  residual (``x = block(x) + x``, width = noise dim), the last mapping to the latent dim;
+* critic ``n -> h1 -> h2 -> 1`` with LeakyReLU(0.2) and a linear (unbounded WGAN) output.
+
+Initialisation is PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and
+biases (digest §2.4), for fidelity with the paper's clip norms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+Params = dict[str, list[dict[str, jax.Array]]]
+
+
+def _linear(key: jax.Array, fan_in: int, fan_out: int, bias: bool = True) -> dict[str, jax.Array]:
+    bound = 1.0 / jnp.sqrt(fan_in)
+    kw, kb = jax.random.split(key)
+    layer = {"w": jax.random.uniform(kw, (fan_in, fan_out), minval=-bound, maxval=bound)}
+    if bias:
+        layer["b"] = jax.random.uniform(kb, (fan_out,), minval=-bound, maxval=bound)
+    return layer
+
+
+def _mlp(key: jax.Array, sizes: Sequence[int]) -> list[dict[str, jax.Array]]:
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [_linear(k, a, b) for k, a, b in zip(keys, sizes[:-1], sizes[1:], strict=True)]
+
+
+def _leaky(x: jax.Array) -> jax.Array:
+    return jax.nn.leaky_relu(x, 0.2)
+
+
+def _mlp_apply(layers: list[dict[str, jax.Array]], x: jax.Array, last_activated: bool) -> jax.Array:
+    for i, layer in enumerate(layers):
+        x = x @ layer["w"] + layer["b"]
+        if last_activated or i < len(layers) - 1:
+            x = _leaky(x)
+    return x
+
+
+def autoencoder_init(key: jax.Array, n: int, hidden: int, latent: int) -> Params:
+    ke, kd = jax.random.split(key)
+    return {"encoder": _mlp(ke, (n, hidden, latent)), "decoder": _mlp(kd, (latent, hidden, n))}
+
+
+def encode(params: Params, x: jax.Array) -> jax.Array:
+    """Latent code (the ADULT encoder activates its output layer, so codes are unbounded)."""
+    return _mlp_apply(params["encoder"], x, last_activated=True)
+
+
+def decode_logits(params: Params, latent: jax.Array) -> jax.Array:
+    """Decoder logits; ``jax.nn.sigmoid`` of them is the decoded record in [0, 1]^n."""
+    return _mlp_apply(params["decoder"], latent, last_activated=False)
+
+
+def generator_init(key: jax.Array, noise_dim: int, latent: int, layer_norm: bool) -> Params:
+    keys = jax.random.split(key, 3)
+    sizes = ((noise_dim, noise_dim), (noise_dim, noise_dim), (noise_dim, latent))
+    blocks = []
+    for k, (a, b) in zip(keys, sizes, strict=True):
+        block = _linear(k, a, b, bias=False)
+        if layer_norm:
+            block |= {"scale": jnp.ones((b,)), "shift": jnp.zeros((b,))}
+        blocks.append(block)
+    return {"blocks": blocks}
+
+
+def generate_latent(params: Params, z: jax.Array) -> jax.Array:
+    """``G(z)``: two residual blocks then a projection to the latent dimension."""
+    x = z
+    for i, block in enumerate(params["blocks"]):
+        h = x @ block["w"]
+        if "scale" in block:  # LayerNorm (the authors' code; the paper prints BatchNorm1d)
+            mean = jnp.mean(h, axis=-1, keepdims=True)
+            var = jnp.var(h, axis=-1, keepdims=True)
+            h = (h - mean) / jnp.sqrt(var + 1e-5) * block["scale"] + block["shift"]
+        h = _leaky(h)
+        x = h + x if i < len(params["blocks"]) - 1 else h
+    return x
+
+
+def critic_init(key: jax.Array, n: int, hidden: Sequence[int]) -> Params:
+    return {"layers": _mlp(key, (n, *hidden, 1))}
+
+
+def critic(params: Params, x: jax.Array) -> jax.Array:
+    """WGAN critic score of each row (linear output, no sigmoid)."""
+    return _mlp_apply(params["layers"], x, last_activated=False)[..., 0]

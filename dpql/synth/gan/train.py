@@ -1,0 +1,333 @@
+"""Plan, train and sample DP-auto-GAN (Tantipongpipat et al. 2019; digest `dp_auto_gan.md`).
+
+Two phases, each DP-SGD on the private rows (:mod:`dpql.synth.gan.dpsgd`):
+
+1. ``autoencoder``: encoder **and** decoder trained jointly with per-example clipping of the
+   joint gradient and Gaussian noise on both (the paper's Algorithm 3 leaves the encoder
+   non-private, which breaks the decoder's guarantee: digest §3.3). Loss: BCE from logits,
+   mean over the n coordinates (the reduction the clip norm 0.012 was tuned for, digest §8.5).
+2. ``generator``: a WGAN in latent space. The critic is trained with DP-SGD on pairs
+   (real row, fresh fake row): per-example loss ``-D(real) + D(fake)``, clipped per pair
+   (Algorithm 4), then its weights are clamped to +-``critic_weight_clip``. Every
+   ``critic_steps_per_generator_step`` critic steps (from step 0) the generator takes one
+   non-private RMSProp step on ``-mean D(sigmoid(De(G(z))))`` through the frozen decoder
+   (Algorithm 5): it sees only noised critic parameters, so it is post-processing.
+
+Accounting: the two phases are ``autoencoder_steps`` and ``critic_steps`` compositions of the
+Poisson-subsampled Gaussian mechanism; :func:`plan_gan` fixes their parameters before any data
+is read and :func:`train_gan` appends one ``dpsgd`` ledger event per phase *before* running it.
+Only the critic steps are accounted in phase 2 (the paper's 15 000 "iterations", digest §4.4).
+
+Nothing computed from private rows leaves :func:`train_gan` except the DP-SGD-trained parameters:
+no training losses, batch sizes or norms are returned or logged (they would be unaccounted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from dpql.diagnostics import Diagnostic, DiagnosticError
+from dpql.domain import Domain, EncodedTable
+from dpql.privacy.accountant import calibrate_dpsgd_noise, epsilon_from_events
+from dpql.privacy.ledger import Ledger, PrivacyEvent
+from dpql.privacy.noise import NoiseSource
+from dpql.synth.gan import encoding, nets
+from dpql.synth.gan.dpsgd import DpSgdPhase, Params, private_gradient
+from dpql.synth.gan.options import GanOptions
+
+Progress = Callable[[str, int, int], None]
+PHASES = ("autoencoder", "generator")
+OVER_BUDGET = "gan-over-budget"
+
+
+class EpsilonDelta(Protocol):
+    """The GAN's share of the release budget, as an (epsilon, delta)-DP target."""
+
+    @property
+    def epsilon(self) -> float: ...
+
+    @property
+    def delta(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class GanPlan:
+    """Everything training needs, fixed without data: options and both DP-SGD phases.
+
+    ``epsilon`` is the accountant's (epsilon, ``delta``)-DP of the two phases composed, under
+    the ledger's neighbouring relation (replace-one at ``n_public``).
+    """
+
+    options: GanOptions
+    n_public: int
+    autoencoder: DpSgdPhase
+    critic: DpSgdPhase
+    delta: float
+    epsilon: float
+
+    def events(self) -> tuple[PrivacyEvent, PrivacyEvent]:
+        """The ledger events of the two phases (what :func:`train_gan` appends)."""
+        return _events(self.autoencoder, self.critic)
+
+
+def _phases(o: GanOptions, n_public: int, z_ae: float, z_critic: float) -> tuple[DpSgdPhase, ...]:
+    def phase(batch: int, clip: float, z: float, steps: int) -> DpSgdPhase:
+        return DpSgdPhase(min(1.0, batch / n_public), clip, z, steps, float(min(batch, n_public)))
+
+    return (
+        phase(o.ae_batch_size, o.ae_clip_norm, z_ae, o.ae_steps),
+        phase(o.critic_batch_size, o.critic_clip_norm, z_critic, o.critic_steps),
+    )
+
+
+def _events(ae: DpSgdPhase, critic: DpSgdPhase) -> tuple[PrivacyEvent, PrivacyEvent]:
+    def event(phase: str, label: str, p: DpSgdPhase) -> PrivacyEvent:
+        return PrivacyEvent.dpsgd(
+            phase,
+            label,
+            sampling_rate=p.sampling_rate,
+            noise_multiplier=p.noise_multiplier,
+            steps=p.steps,
+            clip_norm=p.clip_norm,
+        )
+
+    return (
+        event("autoencoder", "dp-auto-gan: encoder+decoder DP-SGD", ae),
+        event("generator", "dp-auto-gan: WGAN critic DP-SGD", critic),
+    )
+
+
+def _composed_epsilon(ae: DpSgdPhase, critic: DpSgdPhase, delta: float) -> float:
+    return float(epsilon_from_events(_events(ae, critic), delta).epsilon)
+
+
+def plan_gan(
+    options: GanOptions,
+    n_public: int,
+    budget: EpsilonDelta,
+    split: Mapping[str, float] | None = None,
+) -> GanPlan:
+    """Fix both phases' noise multipliers for an (epsilon, delta) target; reads no data.
+
+    With ``options.noise_multipliers`` set (the paper's reproduction runs) those are used and the
+    plan fails with ``gan-over-budget`` if they spend more than ``budget``. Otherwise the noise is
+    calibrated: ``split = {"autoencoder": s1, "generator": s2}`` (default 1/2 each, the spec's
+    ``privacy.split``) sets the ratio of the two phases' *stand-alone* epsilons, and one scale t is
+    bisected so that each phase calibrated alone to ``t * s_i`` composes (on the accountant's
+    curves, which is tighter than adding epsilons: paper Lemma 4) to at most ``budget.epsilon``.
+    """
+    o, delta = options, budget.delta
+    if o.noise_multipliers is not None:
+        ae, critic = _phases(o, n_public, *o.noise_multipliers)
+        epsilon = _composed_epsilon(ae, critic, delta)
+        if epsilon > budget.epsilon:
+            message = (
+                f"gan noise_multipliers {list(o.noise_multipliers)} spend epsilon={epsilon:.4f} "
+                f"at delta={delta:g}, above the gan budget epsilon={budget.epsilon:.4f}"
+            )
+            hint = "raise noise_multipliers or lower the steps, or drop noise_multipliers"
+            raise DiagnosticError([Diagnostic(OVER_BUDGET, message, hint=hint)])
+        return GanPlan(o, n_public, ae, critic, delta, epsilon)
+
+    shares = split or {"autoencoder": 0.5, "generator": 0.5}
+    (q_ae, q_critic), steps = _sampling_rates(o, n_public), (o.ae_steps, o.critic_steps)
+
+    def phases(t: float) -> tuple[DpSgdPhase, ...]:
+        z_ae = calibrate_dpsgd_noise(q_ae, steps[0], t * shares["autoencoder"], delta)
+        z_critic = calibrate_dpsgd_noise(q_critic, steps[1], t * shares["generator"], delta)
+        return _phases(o, n_public, z_ae, z_critic)
+
+    def spent(t: float) -> float:
+        return _composed_epsilon(*phases(t), delta)
+
+    # Composed epsilon >= the larger stand-alone one, so t = eps / max(s) is at or above the
+    # target; shrink the lower end until it is feasible, then bisect in log scale.
+    lo, hi = budget.epsilon, budget.epsilon / max(shares.values())
+    while spent(lo) > budget.epsilon:
+        lo, hi = lo / 2, lo
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if spent(mid) <= budget.epsilon else (lo, mid)
+    ae, critic = phases(lo)
+    return GanPlan(o, n_public, ae, critic, delta, _composed_epsilon(ae, critic, delta))
+
+
+def _sampling_rates(o: GanOptions, n_public: int) -> tuple[float, float]:
+    return min(1.0, o.ae_batch_size / n_public), min(1.0, o.critic_batch_size / n_public)
+
+
+@dataclass(frozen=True, eq=False)
+class GanModel:
+    """The released model (G, De) and the public domain it decodes to; no encoder, no critic."""
+
+    domain: Domain
+    options: GanOptions
+    decoder: Params
+    generator: Params
+
+
+def _run_phase(
+    name: str,
+    step: Callable[[Any, jax.Array, Any], Any],
+    state: Any,
+    inputs: Any,
+    total: int,
+    block: int,
+    progress: Progress | None,
+) -> Any:
+    """Run ``state = step(state, i, inputs)`` for i < total, one jitted ``lax.scan`` per block.
+
+    Private data and keys travel as jit *arguments* (``inputs``, ``state``), never as closed-over
+    constants, so they are not embedded in compiled programs (which JAX may cache on disk).
+    """
+
+    @jax.jit
+    def run_block(state: Any, start: jax.Array, inputs: Any) -> Any:
+        def body(s: Any, i: jax.Array) -> tuple[Any, None]:
+            return jax.lax.cond(i < total, lambda s: step(s, i, inputs), lambda s: s, s), None
+
+        return jax.lax.scan(body, state, start + jnp.arange(block))[0]
+
+    for start in range(0, total, block):
+        state = run_block(state, jnp.asarray(start), inputs)
+        if progress is not None:
+            progress(name, min(start + block, total), total)
+    return state
+
+
+def _steps_per_block(phase: DpSgdPhase) -> int:
+    """One expected epoch (1 / q steps), so progress reports once per pass over the data."""
+    return max(1, min(phase.steps, round(1 / phase.sampling_rate)))
+
+
+def _decoded(decoder: Params, generator: Params, z: jax.Array) -> jax.Array:
+    return jax.nn.sigmoid(nets.decode_logits(decoder, nets.generate_latent(generator, z)))
+
+
+def train_gan(
+    private_rows: EncodedTable,
+    plan: GanPlan,
+    *,
+    noise: NoiseSource,
+    ledger: Ledger,
+    progress: Progress | None = None,
+) -> GanModel:
+    """Train DP-auto-GAN on the private rows under ``plan`` (module docstring).
+
+    Appends the plan's two ``dpsgd`` events to ``ledger``, each before its phase runs. Sampling
+    and DP noise use keys from ``noise``; parameter initialisation uses ``plan.options.seed``.
+    """
+    o = plan.options
+    domain = private_rows.domain
+    data = jnp.asarray(encoding.encode(private_rows))
+    n = data.shape[1]
+    k_ae, k_gen, k_critic = jax.random.split(jax.random.key(o.seed), 3)
+    ae_event, critic_event = plan.events()
+
+    # Phase 1: autoencoder (encoder and decoder both private).
+    hidden = o.ae_hidden or (n + o.ae_latent_dim) // 2  # the authors' width rule
+    ae_params = nets.autoencoder_init(k_ae, n, hidden, o.ae_latent_dim)
+    ae_opt = optax.adam(o.ae_learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+
+    def ae_loss(params: Params, x: jax.Array, _: None) -> jax.Array:
+        logits = nets.decode_logits(params, nets.encode(params, x))
+        return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, x))
+
+    def ae_step(state: Any, i: jax.Array, data: jax.Array) -> Any:
+        params, opt_state, key = state
+        grad = private_gradient(ae_loss, params, data, jax.random.fold_in(key, i), plan.autoencoder)
+        updates, opt_state = ae_opt.update(grad, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, key
+
+    ledger.append(ae_event)
+    state = (ae_params, ae_opt.init(ae_params), noise.jax_key())
+    ae_params = _run_phase(
+        "autoencoder",
+        ae_step,
+        state,
+        data,
+        plan.autoencoder.steps,
+        _steps_per_block(plan.autoencoder),
+        progress,
+    )[0]
+    decoder = {"decoder": ae_params["decoder"]}  # frozen: phase 2 never differentiates it
+
+    # Phase 2: WGAN in latent space; only the critic touches private rows.
+    gen_params = nets.generator_init(
+        k_gen, o.generator_noise_dim, o.ae_latent_dim, o.generator_layer_norm
+    )
+    critic_params = nets.critic_init(k_critic, n, o.critic_hidden or (2 * n // 3, n // 3))
+    rmsprop = dict(decay=0.99, eps=1e-8, eps_in_sqrt=False)  # torch RMSprop(alpha=0.99)
+    critic_opt = optax.rmsprop(o.critic_learning_rate, **rmsprop)
+    gen_opt = optax.rmsprop(o.generator_learning_rate, **rmsprop)
+    fakes_per_generator_step = round(plan.critic.expected_batch)
+
+    def critic_loss(params: Params, real: jax.Array, fake: jax.Array) -> jax.Array:
+        return nets.critic(params, fake) - nets.critic(params, real)
+
+    def generator_loss(gen: Params, critic: Params, decoder: Params, z: jax.Array) -> jax.Array:
+        return -jnp.mean(nets.critic(critic, _decoded(decoder, gen, z)))
+
+    def gan_step(state: Any, i: jax.Array, inputs: tuple[jax.Array, Params]) -> Any:
+        data, decoder = inputs
+        critic, critic_state, gen, gen_state, key = state
+        k_critic_step, k_z = jax.random.split(jax.random.fold_in(key, i))
+
+        def fakes(k: jax.Array, rows: int) -> jax.Array:
+            return _decoded(decoder, gen, jax.random.normal(k, (rows, o.generator_noise_dim)))
+
+        grad = private_gradient(critic_loss, critic, data, k_critic_step, plan.critic, fakes)
+        updates, critic_state = critic_opt.update(grad, critic_state, critic)
+        critic = optax.apply_updates(critic, updates)
+        # WGAN weight clipping: post-processing of noised parameters, privacy-neutral.
+        critic = jax.tree.map(
+            lambda w: jnp.clip(w, -o.critic_weight_clip, o.critic_weight_clip), critic
+        )
+
+        def generator_step(g: tuple[Params, Any]) -> tuple[Params, Any]:
+            z = jax.random.normal(k_z, (fakes_per_generator_step, o.generator_noise_dim))
+            grad = jax.grad(generator_loss)(g[0], critic, decoder, z)
+            updates, g_state = gen_opt.update(grad, g[1], g[0])
+            return optax.apply_updates(g[0], updates), g_state
+
+        take = i % o.critic_steps_per_generator_step == 0
+        gen, gen_state = jax.lax.cond(take, generator_step, lambda g: g, (gen, gen_state))
+        return critic, critic_state, gen, gen_state, key
+
+    ledger.append(critic_event)
+    state = (
+        critic_params,
+        critic_opt.init(critic_params),
+        gen_params,
+        gen_opt.init(gen_params),
+        noise.jax_key(),
+    )
+    gen_params = _run_phase(
+        "generator",
+        gan_step,
+        state,
+        (data, decoder),
+        plan.critic.steps,
+        _steps_per_block(plan.critic),
+        progress,
+    )[2]
+    to_numpy = lambda tree: jax.tree.map(np.asarray, tree)  # noqa: E731
+    return GanModel(domain, o, to_numpy(decoder), to_numpy(gen_params))
+
+
+def sample(model: GanModel, rows: int, seed: int) -> EncodedTable:
+    """``rows`` synthetic records: ``z ~ N(0, I)`` -> ``sigmoid(De(G(z)))`` -> decode (digest §1.2).
+
+    Post-processing of the released model; ``seed`` is not privacy-relevant and may be recorded.
+    """
+    z = jax.random.normal(jax.random.key(seed), (rows, model.options.generator_noise_dim))
+    x = jax.jit(_decoded)(model.decoder, model.generator, z)
+    return encoding.decode(model.domain, np.asarray(x))
