@@ -250,12 +250,12 @@ class LifetimeBudget:
         alt = (
             f"; zCDP composition would give {zcdp:.4g} (not enforced)"
             if zcdp is not None
-            else "; zCDP composition n/a (a release has no rho)"
+            else "; zCDP composition n/a (a release without rho)"
         )
         return (
-            f"lifetime epsilon {self.total_epsilon:.4g} of {self.limit:g} "
-            f"({self.releases} recorded releases: {self.recorded_epsilon:.4g}, "
-            f"this release: {self.this.epsilon:.4g}; basic composition, epsilons add){alt}"
+            f"lifetime epsilon {self.total_epsilon:.4g} of {self.limit:g} (recorded: "
+            f"{self.releases} release(s), {self.recorded_epsilon:.4g}; this release: "
+            f"{self.this.epsilon:.4g}; basic composition, epsilons add){alt}"
         )
 
 

@@ -40,7 +40,7 @@ def _report(diagnostics: Sequence[Diagnostic], fmt: str) -> None:
     if fmt == "json":
         print(to_json(diagnostics))
     else:
-        err.print(render_all(diagnostics), markup=False, highlight=False)
+        print(render_all(diagnostics), file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------
@@ -62,8 +62,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(data, indent=2))
         return EXIT_OK
-    if spec.warnings:
-        _report(spec.warnings, "text")
+    if plan.warnings:
+        _report(plan.warnings, "text")
     b = plan.budget
     out.print(f"[bold]{spec.model.name}[/]: {spec.rows} public rows, method [bold]{plan.method}[/]")
     out.print(

@@ -44,6 +44,7 @@ from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 
 # A decimal number as text; no backslashes so the same pattern works in every SQL dialect.
 NUMBER_PATTERN = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
+WHITESPACE = " \t\r\n"  # stripped around text cells and column names (same set in SQL)
 MAX_EXAMPLES = 10  # undeclared values listed per column in an error
 
 # Stable codes of the data layer (E4xx); tests match on them.
@@ -293,7 +294,7 @@ def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
     if kind == "other":
         return _unusable(col.name, s)
     if kind == "text":
-        text = s.astype("string").str.strip()
+        text = s.astype("string").str.strip(WHITESPACE)
         missing = _blank(text)
         ok = text.str.fullmatch(NUMBER_PATTERN).fillna(False).to_numpy(dtype=bool)
         invalid = ~missing & ~ok
@@ -310,9 +311,9 @@ def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
 def _parse_categorical(col: CategoricalColumn, s: pd.Series) -> _Parsed:
     if _storage(s) in ("float", "other"):
         return _unusable(col.name, s)
-    text = s.astype("string").str.strip()
+    text = s.astype("string").str.strip(WHITESPACE)
     missing = _blank(text)
-    codes = pd.Categorical(text, categories=list(col.values)).codes.astype(np.int64)
+    codes = pd.Index(col.values, dtype="string").get_indexer(text).astype(np.int64)
     invalid = ~missing & (codes < 0)
     return _Parsed(codes, missing, invalid, _issues(col.name, text, missing, invalid))
 
@@ -352,7 +353,7 @@ def encode_frame(
     """
     missing, other = dict(missing or {}), dict(other or {})
     check_policies(domain, missing, other)
-    df = df.rename(columns=lambda c: str(c).strip())
+    df = df.rename(columns=lambda c: str(c).strip(WHITESPACE))
     diagnostics, extra = column_set_diagnostics(list(df.columns), domain, source)
     raise_if_any(diagnostics)
 

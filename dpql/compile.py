@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dpql.codec import decode
+from dpql.diagnostics import InternalError
 from dpql.domain import EncodedTable
 from dpql.plan.exact import answer_all
 from dpql.plan.planner import ReleasePlan, build_plan
@@ -72,10 +73,17 @@ def write_json(obj: Any, path: Path) -> None:
 
 
 def open_measurer(spec: LoadedSpec, ledger: Ledger, noise: NoiseSource):
-    """The privacy boundary: the private table behind a DP measurement oracle."""
-    from dpql.data.measure import open_measurer as _open
+    """The privacy boundary: the private table behind a DP measurement oracle (dpql.data)."""
+    from dpql.data.engines import open_engine
+    from dpql.data.load import rules_from_spec
+    from dpql.data.measure import PrivateMeasurer
 
-    return _open(spec, ledger=ledger, noise=noise)
+    missing, other = rules_from_spec(spec.model)
+    engine = open_engine(
+        spec.data_path, spec.domain, engine=spec.model.data.engine, fmt=spec.model.data.format,
+        missing=missing, other=other,
+    )
+    return PrivateMeasurer(engine, spec.rows, ledger, noise)
 
 
 def fit_metrics(table: EncodedTable, measured: list[tuple[Any, np.ndarray]]) -> dict[str, float]:
@@ -96,8 +104,15 @@ def compile_release(
     seed: int | None = None,
     progress: Progress | None = None,
     noise: NoiseSource | None = None,
+    allow_reproducible_noise: bool = False,
 ) -> CompileResult:
-    """Run a release end to end. ``seed`` fixes optimisation and row sampling, never DP noise."""
+    """Run a release end to end. ``seed`` fixes optimisation and row sampling, never DP noise.
+
+    ``noise`` defaults to a fresh OS-entropy source; a test-only reproducible source is refused
+    unless ``allow_reproducible_noise`` (tests only: such a release is not private).
+    """
+    if noise is not None and getattr(noise, "reproducible", False) and not allow_reproducible_noise:
+        raise InternalError("refusing to release with a reproducible (test-only) noise source")
     timings: dict[str, float] = {}
     t = time.perf_counter()
     spec = load_spec(spec_path)
@@ -185,6 +200,6 @@ def compile_release(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     write_json(record, record_path)
-    write_json(measurer.curator_summary(), record_path.with_suffix(".curator.json"))
+    write_json(measurer.curator_summary().to_json(), record_path.with_suffix(".curator.json"))
     timings["write"] = time.perf_counter() - t
     return CompileResult(plan, out, record_path, record, timings)

@@ -31,7 +31,7 @@ WORKLOAD_EXAMPLES = [
     'count(age >= 65 and not hours_per_week > 40 or sex in {"Male", 1})',
     "count((a < 1 and b < 2) and c < 3)",
     "count(not (a < 1 or b > -2.5e-3))",
-    "count(a == 'it\\'s' or b != \"say \\\"hi\\\"\")",
+    'count(a == \'it\\\'s\' or b != "say \\"hi\\"")',
     "mean(x)",
     'mean(x | sex == "Female")',
 ]

@@ -14,13 +14,16 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 
 from dpql.codec import EncodingResult, Fill, MissingPolicy, encode_frame
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import Domain
+
+if TYPE_CHECKING:
+    from dpql.spec.models import ReleaseSpec
 
 DataFormat = Literal["csv", "parquet"]
 
@@ -82,6 +85,20 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def csv_header(path: Path) -> list[str]:
+    """The column names on the first line of a (possibly gzip-compressed) CSV file."""
+    with path.open("rb") as f:
+        gzipped = f.read(2) == b"\x1f\x8b"
+    try:
+        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8-sig", newline="") as f:
+            header = next(csv.reader(f), None)
+    except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError, csv.Error) as e:
+        raise error("E409", f"cannot read the header line of '{path}': {e}", path) from None
+    if not header:
+        raise error("E403", f"data file '{path}' has no header line", path)
+    return header
+
+
 def read_frame(path: Path, fmt: DataFormat) -> pd.DataFrame:
     """The raw table: CSV cells as text (no type guessing, nothing read as missing except blank
     cells), Parquet with its stored types. Raises E401/E403/E409."""
@@ -141,19 +158,20 @@ def load_table(
     return replace(result, curator_log=replace(result.curator_log, sha256=file_sha256(path)))
 
 
-def rules_from_spec(spec: Any) -> tuple[dict[str, MissingPolicy], dict[str, str]]:
+def rules_from_spec(spec: ReleaseSpec) -> tuple[dict[str, MissingPolicy], dict[str, str]]:
     """The codec's per-column ``missing`` and ``other`` maps from a ``dpql.spec`` ReleaseSpec
     (top-level ``missing`` is the default; ``fill`` and ``other`` rules become :class:`Fill`)."""
     missing: dict[str, MissingPolicy] = {}
     other: dict[str, str] = {}
     for name, col in spec.columns.items():
         rule = col.missing or spec.missing
-        if rule == "fill":
+        catch_all = getattr(col, "other", None)  # categorical columns only
+        if rule == "fill" and col.fill is not None:
             missing[name] = Fill(col.fill)
-        elif rule == "other":
-            missing[name] = Fill(col.other)
-        else:
+        elif rule == "other" and catch_all is not None:
+            missing[name] = Fill(catch_all)
+        elif rule in ("error", "drop"):
             missing[name] = rule
-        if getattr(col, "other", None) is not None:
-            other[name] = col.other
+        if catch_all is not None:
+            other[name] = catch_all
     return missing, other

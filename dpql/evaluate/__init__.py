@@ -4,27 +4,26 @@ The report reads the real data. It is for the data custodian and is never part o
 the HTML page and the JSON summary say so.
 
 Entry points: :func:`build_report` and :func:`write_report`. The pure functions below are the
-ones benchmarks should reuse rather than copy. scikit-learn and matplotlib (the ``evaluate``
-extra) are imported lazily; without them a :class:`MissingExtraError` gives the install hint.
+ones benchmarks should reuse rather than copy (the DP-auto-GAN metrics live in
+:mod:`dpql.synth.gan.metrics`). scikit-learn and matplotlib (the ``evaluate`` extra) are
+imported lazily; without them a :class:`MissingExtraError` gives the install hint.
 """
 
 from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
-from dpql.evaluate.encode import design_matrix, encode_frame
+from dpql.evaluate.encode import encode_table
 from dpql.evaluate.metrics import (
     correlation_l1,
     correlation_matrix,
     dimension_wise_probability,
     diversity,
     histograms,
-    jensen_shannon,
-    kl_mu,
 )
 from dpql.evaluate.models import (
     MODELS,
     RequirementCheck,
     Scores,
     check_requirement,
-    dimension_wise_prediction,
+    classification_scores,
     tstr_scores,
 )
 from dpql.evaluate.render import write_report
@@ -51,18 +50,15 @@ __all__ = [
     "build_report",
     "check_requirement",
     "class_stats",
+    "classification_scores",
     "correlation_l1",
     "correlation_matrix",
     "default_label",
     "describe_query",
-    "design_matrix",
-    "dimension_wise_prediction",
     "dimension_wise_probability",
     "diversity",
-    "encode_frame",
+    "encode_table",
     "histograms",
-    "jensen_shannon",
-    "kl_mu",
     "marginal_tvd",
     "query_errors",
     "tstr_scores",

@@ -29,3 +29,9 @@ def require(module: str) -> ModuleType:
         raise MissingExtraError(
             f"dpql evaluate needs {dist}, which is not installed; install it with: {INSTALL_HINT}"
         ) from e
+
+
+def gan_metrics() -> ModuleType:
+    """:mod:`dpql.synth.gan.metrics`, the one copy of the DP-auto-GAN metrics (needs sklearn)."""
+    require("sklearn")
+    return importlib.import_module("dpql.synth.gan.metrics")

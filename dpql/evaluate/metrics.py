@@ -1,17 +1,11 @@
-"""Distributional metrics of a synthetic table against the real one (no model fitting).
+"""Distributional metrics of a synthetic table against the real one (no model fitting here).
 
 * correlation-matrix difference of the post-processing paper (`postprocessing.md` section 5.4,
   metric 1): ``error_corr = ||corr(D_real) - corr(D_syn)||_1``, entrywise over the full matrix,
   after the paper's preprocessing (categoricals label-encoded, everything on [0, 1]);
-* DP-auto-GAN's dimension-wise probability (`dp_auto_gan.md` section 6.1): for each binary
-  feature (here: each one-hot category of a categorical column), the share of ones in the real
-  and the synthetic table, summarised by ``sum_k (p_real,k - p_syn,k)^2``;
-* DP-auto-GAN's diversity metrics (section 6.4): per categorical column, the Jensen-Shannon
-  divergence and the mu-smoothed KL divergence ``D_KL^mu``;
-* 1-way histograms (section 6.3), numeric columns by their public bins.
-
-Only one copy of the DP-auto-GAN metrics should exist in dpql; these live here because the
-evaluator needed them first.
+* 1-way histograms (DP-auto-GAN, `dp_auto_gan.md` section 6.3), numeric columns by public bins;
+* DP-auto-GAN's dimension-wise probability and diversity (sections 6.1, 6.4), computed by the
+  one copy of those metrics, :mod:`dpql.synth.gan.metrics`, and labelled here for the report.
 """
 
 from __future__ import annotations
@@ -22,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
-from dpql.evaluate.encode import encode_frame
+from dpql.evaluate._deps import gan_metrics
+from dpql.evaluate.encode import encode_table
 
 # ------------------------------------------------------------------------------------------------
 # correlation matrix
@@ -50,8 +45,8 @@ def correlation_matrix(t: EncodedTable) -> np.ndarray:
 
 def correlation_l1(real_df: pd.DataFrame, synthetic_df: pd.DataFrame, domain: Domain) -> float:
     """``||corr(real) - corr(synthetic)||_1`` over the full matrix (both triangles)."""
-    a = correlation_matrix(encode_frame(real_df, domain))
-    b = correlation_matrix(encode_frame(synthetic_df, domain))
+    a = correlation_matrix(encode_table(real_df, domain))
+    b = correlation_matrix(encode_table(synthetic_df, domain))
     return float(np.abs(a - b).sum())
 
 
@@ -99,7 +94,7 @@ def histograms(real: EncodedTable, synthetic: EncodedTable) -> tuple[Histogram, 
 
 
 # ------------------------------------------------------------------------------------------------
-# DP-auto-GAN metrics
+# DP-auto-GAN metrics, labelled
 
 
 @dataclass(frozen=True)
@@ -120,48 +115,18 @@ def dimension_wise_probability(
     real: EncodedTable, synthetic: EncodedTable
 ) -> DimensionWiseProbability:
     """Dimension-wise probability over the one-hot features of all categorical columns."""
-    feats, a, b = [], [], []
-    for col in real.domain.categorical:
-        feats += [f"{col.name}={v}" for v in col.values]
-        a += distribution(real, col.name).tolist()
-        b += distribution(synthetic, col.name).tolist()
-    return DimensionWiseProbability(tuple(feats), tuple(a), tuple(b))
-
-
-def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
-    """True Jensen-Shannon divergence, natural log, ``0 log 0 = 0`` (not the paper's misprint)."""
-    p, q = np.asarray(p, float), np.asarray(q, float)
-    m = (p + q) / 2
-
-    def kl(a: np.ndarray) -> float:
-        nz = a > 0
-        return float(np.sum(a[nz] * np.log(a[nz] / m[nz])))
-
-    return 0.5 * kl(p) + 0.5 * kl(q)
-
-
-def smoothing_mu(p: np.ndarray, penalize: float = 1.0) -> float:
-    """``mu = exp(-penalize / (1 - p1))`` with ``p1`` the real majority share (0 if ``p1 = 1``)."""
-    p1 = float(np.max(p))
-    return 0.0 if p1 >= 1.0 else float(np.exp(-penalize / (1.0 - p1)))
-
-
-def kl_mu(p: np.ndarray, q: np.ndarray, penalize: float = 1.0) -> float:
-    """DP-auto-GAN's ``D_KL^mu(P||Q) = sum_{x in supp P} (P+mu) log((P+mu)/(Q+mu))``.
-
-    ``P`` is the real distribution, ``Q`` the synthetic one, ``mu`` from :func:`smoothing_mu`.
-    Missing minority categories in ``Q`` are penalised by about ``(1 - p1) log(1/mu)``.
-    """
-    p, q = np.asarray(p, float), np.asarray(q, float)
-    mu = smoothing_mu(p, penalize)
-    s = p > 0
-    with np.errstate(divide="ignore"):  # mu = 0 and q = 0 is a true infinity
-        return float(np.sum((p[s] + mu) * np.log((p[s] + mu) / (q[s] + mu))))
+    p, q = gan_metrics().dimension_wise_probability(real, synthetic)
+    names = tuple(f"{c.name}={v}" for c in real.domain.categorical for v in c.values)
+    return DimensionWiseProbability(names, tuple(p.tolist()), tuple(q.tolist()))
 
 
 @dataclass(frozen=True)
 class Diversity:
-    """DP-auto-GAN diversity of one categorical column (smaller is more diverse / closer)."""
+    """DP-auto-GAN diversity of one categorical column (smaller: closer to the real one).
+
+    ``synthetic_categories`` counts the categories the synthetic table uses; 1 marks a column
+    collapsed to a single category (the paper's brown points).
+    """
 
     column: str
     jsd: float
@@ -170,20 +135,16 @@ class Diversity:
     synthetic_categories: int
 
 
-def diversity(
-    real: EncodedTable, synthetic: EncodedTable, penalize: float = 1.0
-) -> tuple[Diversity, ...]:
-    """JSD and ``D_KL^mu`` of every categorical column, in domain order."""
-    out = []
-    for col in real.domain.categorical:
-        p, q = distribution(real, col.name), distribution(synthetic, col.name)
-        out.append(
-            Diversity(
-                col.name,
-                jensen_shannon(p, q),
-                kl_mu(p, q, penalize),
-                smoothing_mu(p, penalize),
-                int(np.count_nonzero(q)),
-            )
+def diversity(real: EncodedTable, synthetic: EncodedTable) -> tuple[Diversity, ...]:
+    """JSD and ``D_KL^mu`` (penalize = 1, as the paper) of every categorical column."""
+    g = gan_metrics()
+    scores = g.diversity(real, synthetic)
+    return tuple(
+        Diversity(
+            c.name,
+            *scores[c.name],
+            g.smoothing_mu(distribution(real, c.name)),
+            int(np.count_nonzero(distribution(synthetic, c.name))),
         )
-    return tuple(out)
+        for c in real.domain.categorical
+    )

@@ -107,8 +107,8 @@ def plot_dimension_wise(r: EvaluationReport, path: Path) -> None:
     ax = fig.add_subplot(1, 2, 2)
     for d in r.dimension_wise_prediction:
         colour = (
-            "brown" if d.collapsed else "green" if d.column == r.label
-            else "red" if d.metric == "r2" else "blue"
+            "brown" if d.column in r.collapsed_columns else "green" if d.column == r.label
+            else "red" if d.kind == "numeric" else "blue"
         )  # fmt: skip
         ax.scatter([d.real], [d.synthetic], s=18, color=colour)
         ax.annotate(d.column, (d.real, d.synthetic), fontsize=6)
@@ -167,9 +167,9 @@ def render_html(r: EvaluationReport, figures: dict[str, str]) -> str:
         _img(figures["correlation"], "correlation heatmaps"),
         "<h2>DP-auto-GAN metrics</h2>",
         _img(figures["dimension_wise"], "dimension-wise probability and prediction"),
-        _table(["column", "metric", "trained on real", "trained on synthetic", "collapsed"],
-               [(d.column, d.metric, d.real, d.synthetic, d.collapsed)
-                for d in r.dimension_wise_prediction]),
+        _table(["column", "score", "trained on real", "trained on synthetic", "collapsed"],
+               [(d.column, "R^2" if d.kind == "numeric" else "F1", d.real, d.synthetic,
+                 d.column in r.collapsed_columns) for d in r.dimension_wise_prediction]),
         _table(["column", "JSD", "D_KL^mu", "mu", "synthetic categories"],
                [(d.column, d.jsd, d.kl_mu, d.mu, d.synthetic_categories) for d in r.diversity]),
         "<h2>1-way histograms</h2>",

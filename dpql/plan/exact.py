@@ -188,18 +188,23 @@ def _halfspace_block_sums(qs: Sequence[Halfspace], t: EncodedTable) -> list[np.n
 
 def answer_all(queries: Sequence[Query], t: EncodedTable) -> list[np.ndarray]:
     """Exact answers of many queries; halfspaces with the same columns and label are batched."""
-    n = t.n
-    if n == 0:
+    if t.n == 0:
         raise ValueError("cannot answer queries on an empty table")
+    return [s / t.n for s in sums_all(queries, t)]
+
+
+def sums_all(queries: Sequence[Query], t: EncodedTable) -> list[np.ndarray]:
+    """Exact per-record *sums* (answers times the row count) of many queries; halfspaces with
+    the same columns and label are batched. Engines add these over row chunks."""
     out: list[np.ndarray | None] = [None] * len(queries)
     groups: dict[tuple[tuple[str, ...], str], list[int]] = {}
     for i, q in enumerate(queries):
         if isinstance(q, Halfspace):
             groups.setdefault((q.columns, q.by), []).append(i)
         else:
-            out[i] = _answer_sum(q, t) / n
+            out[i] = _answer_sum(q, t)
     for idxs in groups.values():
         sums = _halfspace_block_sums([queries[i] for i in idxs], t)  # type: ignore[misc]
         for i, s in zip(idxs, sums, strict=True):
-            out[i] = s / n
+            out[i] = s
     return [o for o in out if o is not None]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from dpql.diagnostics import DiagnosticError, DiagnosticSink, SourcePos
+from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, SourcePos
 from dpql.lang.parser import parse_requirements, parse_workload
 from dpql.plan.ir import ModelRequirement, Query, Requirement
 from dpql.plan.requirements import (
@@ -88,6 +88,7 @@ class ReleasePlan:
     gan: Any
     requirement_plans: tuple[RequirementPlan, ...]
     seed: int
+    warnings: tuple[Diagnostic, ...] = ()
 
     @property
     def method(self) -> str:
@@ -154,9 +155,7 @@ def release_budget(spec: LoadedSpec) -> Budget:
     return Budget(epsilon, delta, rho, ext_eps, ext_delta)
 
 
-def _budget_diag(spec: LoadedSpec, epsilon: float, ext: float):
-    from dpql.diagnostics import Diagnostic
-
+def _budget_diag(spec: LoadedSpec, epsilon: float, ext: float) -> Diagnostic:
     return Diagnostic(
         "E150",
         f"the external table's budget (epsilon {ext:g}) leaves nothing of the release budget "
@@ -277,6 +276,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         gan,
         req_plans,
         seed,
+        tuple(spec.warnings) + tuple(d for d in sink.items if d.severity == "warning"),
     )
 
 

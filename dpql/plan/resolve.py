@@ -305,19 +305,16 @@ def _marginal(s: _Scope, node: A.Marginal, n: int) -> list[Query]:
     return [] if names is None else _sized(s, node, [Marginal(_schema_order(s.domain, names))], n)
 
 
-def _label(s: _Scope, by: A.Column, construct: str, columns: tuple[str, ...]) -> str | None:
-    """The categorical ``by`` column of a construct, distinct from its other columns."""
+def _label(s: _Scope, by: A.Column, construct: str) -> str | None:
+    """The categorical ``by`` column of a construct (its other columns are numeric)."""
     col = _lookup(s, by, f"the label of {construct}", "categorical")
-    if col is not None and by.name in columns:
-        s.error("E306", f"column '{by.name}' appears more than once in {construct}", by)
-        return None
     return None if col is None else col.name
 
 
 def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
     """``m`` prefix queries; each threshold vector is uniform on [0, 1]^k (public randomness)."""
     cols = _names(s, node.columns, "range", "numeric")
-    by = _label(s, node.by, "range", cols or ()) if node.by is not None else None
+    by = _label(s, node.by, "range") if node.by is not None else None
     m = DEFAULT_RANGE_THRESHOLDS if node.thresholds is None else node.thresholds
     if not _count_ok(s, node, m, "thresholds") or cols is None or (node.by and by is None):
         return []
@@ -339,7 +336,7 @@ def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
             s.error("E302", "halfspaces needs numeric columns; the schema has none", node)
     else:
         cols = _names(s, node.over, "halfspaces", "numeric")
-    by = _label(s, node.by, "halfspaces", cols or ())
+    by = _label(s, node.by, "halfspaces")
     if not _count_ok(s, node, node.n, "the number of halfspaces") or not cols or by is None:
         return []
     rng = _item_rng(seed, node)

@@ -232,7 +232,9 @@ class _RdpBudget:
     external_delta: float
 
 
-def _rdp_budget(events: Sequence[PrivacyEvent], delta: float) -> _RdpBudget:
+def _rdp_budget(
+    events: Sequence[PrivacyEvent], delta: float, orders: Sequence[float] = DEFAULT_ORDERS
+) -> _RdpBudget:
     zcdp = [e for e in events if e.mechanism in ("gaussian", "gumbel_top_k")]
     external = [e for e in events if e.mechanism == "external"]
     external_delta = math.fsum(e.delta or 0.0 for e in external)
@@ -243,10 +245,10 @@ def _rdp_budget(events: Sequence[PrivacyEvent], delta: float) -> _RdpBudget:
     # eps_from_rho (the acceptance criterion is agreement to 1e-9).
     alpha_star = eps_and_order_from_rho(zcdp_rho, delta - external_delta)[1]
     extra = {alpha_star} if math.isfinite(alpha_star) else set()
-    orders = tuple(sorted(set(DEFAULT_ORDERS) | extra))
+    grid = tuple(sorted(set(orders) | extra))
     # GaussianDpEvent/ZCDpEvent curves do not depend on the relation once the sensitivity is the
     # replace-one one; REPLACE_ONE makes dp_accounting refuse add/remove-only events outright.
-    accountant = dp_rdp.RdpAccountant(list(orders), dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant = dp_rdp.RdpAccountant(list(grid), dp_accounting.NeighboringRelation.REPLACE_ONE)
     for e in zcdp:
         if e.mechanism == "gaussian":
             assert e.noise_scale is not None and e.l2_sensitivity is not None
@@ -260,9 +262,9 @@ def _rdp_budget(events: Sequence[PrivacyEvent], delta: float) -> _RdpBudget:
     for e in events:
         if e.mechanism == "dpsgd":
             assert e.sampling_rate is not None and e.noise_multiplier is not None and e.steps
-            rdp = rdp + dpsgd_rdp(e.sampling_rate, e.noise_multiplier, e.steps, orders)
+            rdp = rdp + dpsgd_rdp(e.sampling_rate, e.noise_multiplier, e.steps, grid)
     external_epsilon = math.fsum(e.epsilon or 0.0 for e in external)
-    return _RdpBudget(orders, rdp, zcdp_rho, external_epsilon, external_delta)
+    return _RdpBudget(grid, rdp, zcdp_rho, external_epsilon, external_delta)
 
 
 def epsilon_from_events(events: Iterable[PrivacyEvent], delta: float) -> AccountingResult:
@@ -298,15 +300,18 @@ def calibrate_dpsgd_noise(
     neighbouring: Neighbouring = "replace_one",
     conversion: Conversion = "tight",
     rtol: float = 1e-4,
+    orders: Sequence[float] = DEFAULT_ORDERS,
 ) -> float:
     """Smallest noise multiplier z (to relative ``rtol``, rounded up) such that ``steps`` DP-SGD
     steps, composed with the data-independent ``other_events`` planned for the same release
     (e.g. the I-projection stage's zCDP measurements), satisfy (epsilon, delta)-DP.
 
     Bisection on log z over dp_accounting RDP curves; epsilon is decreasing in z.
+    ``neighbouring`` and ``conversion`` apply to the calibrated phase (``add_remove``/``classic``
+    only to reproduce papers); ``other_events`` are always accounted as the ledger accounts them.
     """
     _check_delta(delta)
-    budget = _rdp_budget(tuple(other_events), delta)
+    budget = _rdp_budget(tuple(other_events), delta, orders)
     rdp_delta = delta - budget.external_delta
 
     def spent(z: float) -> float:

@@ -185,7 +185,8 @@ class Ledger:
     def append(self, event: PrivacyEvent) -> None:
         if self.rho_budget is not None and event.rho is not None:
             spent = self.total_rho()
-            if math.fsum([spent, event.rho]) > self.rho_budget:
+            rhos = [e.rho for e in self._events if e.rho is not None]
+            if math.fsum([*rhos, event.rho]) > self.rho_budget:  # one rounding of the exact sum
                 remaining = max(0.0, self.rho_budget - spent)
                 raise BudgetExceeded(requested=event.rho, remaining=remaining, what=event.label)
         self._events.append(event)

@@ -35,12 +35,17 @@ from dpql.spec.models import (
     Policy,
     ReleaseSpec,
 )
-from dpql.spec.yamlpos import Located, Path_, YamlDoc, load_yaml
+from dpql.spec.yamlpos import Located, Path_, YamlDoc, load_yaml, plain_scalar
 
 M = TypeVar("M", bound=BaseModel)
 
-_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
-_RANGE_ERRORS |= {"finite_number"}
+_RANGE_ERRORS = {
+    "greater_than",
+    "greater_than_equal",
+    "less_than",
+    "less_than_equal",
+    "finite_number",
+}
 _SUFFIX_FORMAT: dict[str, Literal["csv", "parquet"]] = {
     ".csv": "csv",
     ".csv.gz": "csv",
@@ -248,7 +253,7 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[st
         t = _unwrap(t)
         if isinstance(t, tuple):  # a discriminated union: ``part`` is the tag
             t = next((m for m in t if part in _tags(m)), None)
-        if isinstance(t, type) and issubclass(t, BaseModel):
+        elif isinstance(t, type) and issubclass(t, BaseModel):
             t = next(
                 (f.annotation for n, f in t.model_fields.items() if (f.alias or n) == part), None
             )
@@ -291,7 +296,8 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
 
     if kind == "extra_forbidden":
         allowed = _allowed_keys(model, loc[:-1])
-        hint = did_you_mean(str(loc[-1]), allowed) or f"allowed keys: {', '.join(allowed)}"
+        hint = " ".join(filter(None, [did_you_mean(str(loc[-1]), allowed), "allowed keys:"]))
+        hint += " " + ", ".join(allowed)
         return Diagnostic("E010", f"unknown key '{name}'", doc.key_pos(path), hint)
     if kind in ("missing", "union_tag_not_found"):
         field = ctx.get("discriminator", "").strip("'") or str(loc[-1])
@@ -325,7 +331,13 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         should = "should be a mapping of keys"
     elif kind in ("list_type", "tuple_type"):
         should = "should be a list"
-    return Diagnostic("E012", f"'{name}' {should}{_got(err['input'])}", pos)
+    got = err["input"]
+    hint = None
+    if isinstance(got, str) and not isinstance(plain_scalar(got), str):
+        hint = "remove the quotes: a quoted value is text"
+    elif kind == "bool_type":
+        hint = "use true or false"
+    return Diagnostic("E012", f"'{name}' {should}{_got(got)}", pos, hint)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -494,6 +506,12 @@ def _missing_checks(
     elif isinstance(col, NumericSpec) and not col.min <= col.fill <= col.max:
         out.append(
             Diagnostic("E109", f"fill {col.fill:g} is outside [{col.min:g}, {col.max:g}]", fill_pos)
+        )
+    elif isinstance(col, NumericSpec) and col.integer and not float(col.fill).is_integer():
+        out.append(
+            Diagnostic(
+                "E109", f"fill {col.fill:g} is not a whole number (integer column)", fill_pos
+            )
         )
     return out
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +31,14 @@ _INT_BASE = re.compile(r"^0(?:o[0-7]+|x[0-9a-fA-F]+)$")
 _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
 _INF = re.compile(r"^([-+]?)\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+
+
+# PyYAML's messages for the commonest mistakes, in plain words.
+_PLAIN_WORDS = {
+    "expected <block end>": "indentation does not match the lines above",
+    "mapping values are not allowed here": "unexpected ':' (quote a value that contains ': ')",
+    "that cannot start any token": "unexpected character (tabs cannot indent YAML; use spaces)",
+}
 
 
 def plain_scalar(text: str) -> Any:
@@ -95,9 +102,7 @@ def _segments(node: ScalarNode, lines: list[str]) -> tuple[tuple[int, int, int],
         while first < len(lines) and not lines[first].strip():
             first += 1
         indent = len(lines[first]) - len(lines[first].lstrip()) if first < len(lines) else 0
-        return tuple((first + 1 + k, indent + 1, len(b)) for k, b in enumerate(body)) or (
-            (first + 1, indent + 1, 0),
-        )
+        return tuple((first + 1 + k, indent + 1, len(b)) for k, b in enumerate(body))
     quoted = 1 if node.style in ('"', "'") else 0
     out = []
     for k in range(start.line, end.line + 1):
@@ -159,8 +164,8 @@ class YamlDoc:
         if not isinstance(node, ScalarNode):
             raise KeyError(path)
         segs = _segments(node, self.text.splitlines())
-        line, col, _ = segs[0]
-        return Located(node.value, SourcePos(self.file, line, col, col + len(node.value)), segs)
+        line, col, size = segs[0]
+        return Located(node.value, SourcePos(self.file, line, col, col + size), segs)
 
 
 def _build(file: str, node: Node, errors: list[Diagnostic]) -> Any:
@@ -210,6 +215,9 @@ def load_yaml(text: str, file: str) -> YamlDoc:
         pos = SourcePos(file, mark.line + 1, mark.column + 1) if mark else SourcePos(file)
         problem = e.problem or e.context or "invalid YAML"
         context = f" ({e.context})" if e.context and e.problem else ""
+        plain = next((m for jargon, m in _PLAIN_WORDS.items() if jargon in problem), None)
+        if plain:
+            problem, context = plain, f" (YAML: {problem})"
         raise DiagnosticError(
             [
                 Diagnostic(
@@ -231,18 +239,3 @@ def load_yaml(text: str, file: str) -> YamlDoc:
     if errors:
         raise DiagnosticError(errors)
     return YamlDoc(file, text, data, root)
-
-
-def walk_paths(doc: YamlDoc) -> Iterator[Path_]:
-    """Every path in the document, parents before children (used by tests and tools)."""
-
-    def rec(node: Node, path: Path_) -> Iterator[Path_]:
-        yield path
-        if isinstance(node, MappingNode):
-            for k, v in node.value:
-                yield from rec(v, (*path, k.value))
-        elif isinstance(node, SequenceNode):
-            for i, v in enumerate(node.value):
-                yield from rec(v, (*path, i))
-
-    return rec(doc.root, ())

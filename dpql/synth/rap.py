@@ -102,6 +102,16 @@ def _marginal_key(
     return key, perm, local
 
 
+def _group_members(statics: _Statics, thresholds: Sequence[Query]) -> list[list[int]]:
+    """Indices into ``thresholds`` of each halfspace group, then each prefix group."""
+    keyed = [(Halfspace, g) for g in statics.halfspace_groups]
+    keyed += [(Prefix, g) for g in statics.prefix_groups]
+    return [
+        [i for i, q in enumerate(thresholds) if isinstance(q, kind) and (q.columns, q.by) == g]
+        for kind, g in keyed
+    ]
+
+
 def _build_data(
     statics: _Statics, measured: Sequence[_Measured], thresholds: Sequence[Query]
 ) -> dict:
@@ -140,8 +150,8 @@ def _build_data(
             idx[i], tgt[i], wt[i] = local, padded, w
         marg["x".join(map(str, key))] = (jnp.asarray(idx), jnp.asarray(tgt), jnp.asarray(wt))
     groups = []
-    for cols, by in statics.halfspace_groups + statics.prefix_groups:
-        members = [i for i, q in enumerate(thresholds) if (q.columns, q.by) == (cols, by)]
+    keys = statics.halfspace_groups + statics.prefix_groups
+    for (_, by), members in zip(keys, _group_members(statics, thresholds), strict=True):
         cells = domain.card(by) if by else 1
         t = np.zeros((len(members), cells), dtype=np.float32)
         for r, i in enumerate(members):
@@ -158,16 +168,15 @@ def _build_data(
 def _threshold_arrays(statics: _Statics, thresholds: Sequence[Query]) -> list[dict]:
     """Static per-group parameters of halfspace / prefix families (theta, tau, thresholds)."""
     out = []
-    for cols, by in statics.halfspace_groups:
-        qs = [q for q in thresholds if isinstance(q, Halfspace) and (q.columns, q.by) == (cols, by)]
-        out.append(
-            {
-                "theta": jnp.asarray([q.theta for q in qs], jnp.float32),
-                "tau": jnp.asarray([q.tau for q in qs], jnp.float32),
-            }
-        )
-    for cols, by in statics.prefix_groups:
-        qs = [q for q in thresholds if isinstance(q, Prefix) and (q.columns, q.by) == (cols, by)]
+    members = _group_members(statics, thresholds)
+    for idx in members[: len(statics.halfspace_groups)]:
+        qs = [thresholds[i] for i in idx]
+        out.append({
+            "theta": jnp.asarray([q.theta for q in qs], jnp.float32),
+            "tau": jnp.asarray([q.tau for q in qs], jnp.float32),
+        })
+    for idx in members[len(statics.halfspace_groups) :]:
+        qs = [thresholds[i] for i in idx]
         out.append({"thresholds": jnp.asarray([q.thresholds for q in qs], jnp.float32)})
     return out
 
@@ -272,26 +281,26 @@ def relaxed_marginal(probs: Mapping[str, np.ndarray], columns: tuple[str, ...]) 
     return np.einsum(f"{sub}->{letters[: len(columns)]}", *[probs[c] for c in columns]).ravel() / n
 
 
-def _answers_of_rows(params, layout: Layout, statics: _Statics, thr_params, sigma: float, queries):
+def _answers_of_rows(
+    params, layout: Layout, statics: _Statics, thr_params, thresholds, sigma: float, queries
+) -> dict[Query, np.ndarray]:
+    """Answers of ``queries`` on the current relaxed rows (expected values; sharp ``sigma``)."""
     logits, positions = params
     probs = {
         c: np.asarray(jax.nn.softmax(logits[:, o : o + s], axis=1))
         for c, o, s in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True)
     }
     out: dict[Query, np.ndarray] = {}
-    marg = [q for q in queries if isinstance(q, Marginal)]
-    for q in marg:
-        out[q] = relaxed_marginal(probs, q.columns)
-    others = [q for q in queries if not isinstance(q, Marginal)]
-    if others:
+    for q in queries:
+        if isinstance(q, Marginal):
+            out[q] = relaxed_marginal(probs, q.columns)
+    if any(isinstance(q, Halfspace | Prefix) for q in queries):
         rm = RowModel(layout, logits, positions, sigma)
-        groups = statics.halfspace_groups + statics.prefix_groups
         answers = _threshold_answers(rm, statics, thr_params)
-        for (cols, by), ans in zip(groups, answers, strict=True):
-            members = [q for q in others if (q.columns, q.by) == (cols, by)]
-            for q, a in zip(members, np.asarray(ans), strict=False):
-                out[q] = a
-    return out
+        for idx, ans in zip(_group_members(statics, thresholds), answers, strict=True):
+            for i, a in zip(idx, np.asarray(ans), strict=True):
+                out[thresholds[i]] = a
+    return {q: out[q] for q in queries if q in out}
 
 
 # ------------------------------------------------------------------------------------------
@@ -345,7 +354,7 @@ def run_rap(
             if not cands:
                 continue
             synth = _answers_of_rows(
-                params, layout, statics, fitter.thr_params, options.sigma_max, cands
+                params, layout, statics, fitter.thr_params, thresholds, options.sigma_max, cands
             )
             sigma_meas = release_sigma([cands[0]] * rnd.k, rnd.rho_measure, n)
             penalty = [math.sqrt(2 / math.pi) * sigma_meas * q.cells(domain) for q in cands]
@@ -384,21 +393,33 @@ def run_rap(
 
 
 def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
-    """Randomised rounding of the relaxed rows to ``rows`` records (§5.7, independent columns)."""
+    """Randomised rounding of the relaxed rows to ``rows`` records (`rap_pp.md` §5.7).
+
+    Rows are spread evenly over the relaxed rows. Within one relaxed row's ``c`` copies, each
+    column is drawn by *systematic* sampling from its distribution (the quantiles
+    ``(k + U) / c``, as the authors' code rounds ``c * p`` to counts), then the copies of each
+    column are shuffled independently, so columns stay independent within a row as in the
+    product distribution while the row's marginals are matched up to 1/c.
+    """
     logits, positions = (np.asarray(p, dtype=np.float64) for p in params)
     positions = np.clip(positions, 0.0, 1.0)
     rng = np.random.default_rng(seed)
     m = logits.shape[0]
-    owner = rng.permutation(np.arange(rows) % m)
+    copies = np.full(m, rows // m)
+    copies[rng.choice(m, rows % m, replace=False)] += 1
+    owner = np.repeat(np.arange(m), copies)
+    start = np.repeat(np.cumsum(copies) - copies, copies)
+    rank = np.arange(rows) - start
+    shift = rng.random(m)
     codes: dict[str, np.ndarray] = {}
     scaled: dict[str, np.ndarray] = {}
     for col, off, size in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True):
         z = logits[:, off : off + size]
         p = np.exp(z - z.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        cdf = np.cumsum(p[owner], axis=1)
-        draw = (cdf < rng.random((rows, 1)) * cdf[:, -1:]).sum(axis=1).astype(np.int32)
-        draw = np.minimum(draw, size - 1)
+        cdf = np.cumsum(p / p.sum(axis=1, keepdims=True), axis=1)[owner]
+        shuffled = rank[np.lexsort((rng.random(rows), owner))]
+        u = (shuffled + shift[owner]) / copies[owner]
+        draw = np.minimum((cdf < u[:, None]).sum(axis=1), size - 1).astype(np.int32)
         column = layout.domain[col]
         if isinstance(column, CategoricalColumn):
             codes[col] = draw
@@ -407,7 +428,12 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
         x = _value_in_bin(column, draw, positions[owner, layout.numeric_index(col)])
         scaled[col] = (x - column.lo) / column.span
         codes[col] = column.bin_of(x)
-    return EncodedTable(layout.domain, codes, scaled)
+    order = rng.permutation(rows)
+    return EncodedTable(
+        layout.domain,
+        {k: v[order] for k, v in codes.items()},
+        {k: v[order] for k, v in scaled.items()},
+    )
 
 
 def _value_in_bin(column: NumericColumn, bins: np.ndarray, pos: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 Params = Any  # a pytree of arrays
 PerExampleLoss = Callable[[Params, jax.Array, Any], jax.Array]
@@ -59,8 +60,16 @@ class DpSgdPhase:
 
 
 def poisson_mask(key: jax.Array, rows: int, sampling_rate: float) -> jax.Array:
-    """Independent Bernoulli(``sampling_rate``) inclusion of each of ``rows`` records."""
-    return jax.random.uniform(key, (rows,)) < sampling_rate
+    """Independent inclusion of each of ``rows`` records with probability at most ``q``.
+
+    Row i is included iff 32 random bits ``< floor(q * 2**32)``: the realised rate is
+    ``floor(q * 2**32) / 2**32 <= q`` exactly, so accounting at ``q`` is an upper bound (epsilon
+    is increasing in q). A float ``uniform < q`` test could round the rate *above* q.
+    """
+    if sampling_rate >= 1.0:
+        return jnp.ones((rows,), dtype=bool)
+    threshold = jnp.uint32(math.floor(sampling_rate * 2**32))
+    return jax.random.bits(key, (rows,), jnp.uint32) < threshold
 
 
 def per_example_gradients(
@@ -79,13 +88,9 @@ def clip_gradients(grads: Params, clip_norm: float) -> Params:
 
 
 def gaussian_noise_like(key: jax.Array, tree: Params, std: float) -> Params:
-    """Independent N(0, std^2) noise with the structure of ``tree``."""
-    leaves, treedef = jax.tree.flatten(tree)
-    keys = jax.random.split(key, len(leaves))
-    noise = [
-        std * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves, strict=True)
-    ]
-    return jax.tree.unflatten(treedef, noise)
+    """Independent N(0, std^2) noise with the structure of ``tree`` (one draw for all leaves)."""
+    flat, unravel = ravel_pytree(tree)
+    return unravel(std * jax.random.normal(key, flat.shape, flat.dtype))
 
 
 def clipped_gradient_sum(

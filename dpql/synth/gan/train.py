@@ -24,7 +24,7 @@ no training losses, batch sizes or norms are returned or logged (they would be u
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -75,38 +75,28 @@ class GanPlan:
 
     def events(self) -> tuple[PrivacyEvent, PrivacyEvent]:
         """The ledger events of the two phases (what :func:`train_gan` appends)."""
-        return _events(self.autoencoder, self.critic)
+        return _event("autoencoder", self.autoencoder), _event("generator", self.critic)
 
 
-def _phases(o: GanOptions, n_public: int, z_ae: float, z_critic: float) -> tuple[DpSgdPhase, ...]:
-    def phase(batch: int, clip: float, z: float, steps: int) -> DpSgdPhase:
-        return DpSgdPhase(min(1.0, batch / n_public), clip, z, steps, float(min(batch, n_public)))
+_LABELS = {
+    "autoencoder": "dp-auto-gan: encoder+decoder DP-SGD",
+    "generator": "dp-auto-gan: WGAN critic DP-SGD",
+}
 
-    return (
-        phase(o.ae_batch_size, o.ae_clip_norm, z_ae, o.ae_steps),
-        phase(o.critic_batch_size, o.critic_clip_norm, z_critic, o.critic_steps),
+
+def _event(phase: str, p: DpSgdPhase) -> PrivacyEvent:
+    return PrivacyEvent.dpsgd(
+        phase,
+        _LABELS[phase],
+        sampling_rate=p.sampling_rate,
+        noise_multiplier=p.noise_multiplier,
+        steps=p.steps,
+        clip_norm=p.clip_norm,
     )
 
 
-def _events(ae: DpSgdPhase, critic: DpSgdPhase) -> tuple[PrivacyEvent, PrivacyEvent]:
-    def event(phase: str, label: str, p: DpSgdPhase) -> PrivacyEvent:
-        return PrivacyEvent.dpsgd(
-            phase,
-            label,
-            sampling_rate=p.sampling_rate,
-            noise_multiplier=p.noise_multiplier,
-            steps=p.steps,
-            clip_norm=p.clip_norm,
-        )
-
-    return (
-        event("autoencoder", "dp-auto-gan: encoder+decoder DP-SGD", ae),
-        event("generator", "dp-auto-gan: WGAN critic DP-SGD", critic),
-    )
-
-
-def _composed_epsilon(ae: DpSgdPhase, critic: DpSgdPhase, delta: float) -> float:
-    return float(epsilon_from_events(_events(ae, critic), delta).epsilon)
+def _phase(batch: int, clip: float, z: float, steps: int, n_public: int) -> DpSgdPhase:
+    return DpSgdPhase(min(1.0, batch / n_public), clip, z, steps, float(min(batch, n_public)))
 
 
 def plan_gan(
@@ -118,50 +108,46 @@ def plan_gan(
     """Fix both phases' noise multipliers for an (epsilon, delta) target; reads no data.
 
     With ``options.noise_multipliers`` set (the paper's reproduction runs) those are used and the
-    plan fails with ``gan-over-budget`` if they spend more than ``budget``. Otherwise the noise is
-    calibrated: ``split = {"autoencoder": s1, "generator": s2}`` (default 1/2 each, the spec's
-    ``privacy.split``) sets the ratio of the two phases' *stand-alone* epsilons, and one scale t is
-    bisected so that each phase calibrated alone to ``t * s_i`` composes (on the accountant's
-    curves, which is tighter than adding epsilons: paper Lemma 4) to at most ``budget.epsilon``.
+    plan fails with ``gan-over-budget`` if they spend more than ``budget``. Otherwise the
+    autoencoder's noise is calibrated so that phase *alone* is (``s * epsilon``, delta)-DP, with
+    ``s = split["autoencoder"]`` (the spec's ``privacy.split``, default 1/2), and the critic's so
+    that both phases *composed* on the accountant's RDP curves are (epsilon, delta)-DP: the
+    critic gets its basic-composition share plus the slack of RDP composition (paper Lemma 4).
     """
     o, delta = options, budget.delta
-    if o.noise_multipliers is not None:
-        ae, critic = _phases(o, n_public, *o.noise_multipliers)
-        epsilon = _composed_epsilon(ae, critic, delta)
-        if epsilon > budget.epsilon:
-            message = (
-                f"gan noise_multipliers {list(o.noise_multipliers)} spend epsilon={epsilon:.4f} "
-                f"at delta={delta:g}, above the gan budget epsilon={budget.epsilon:.4f}"
-            )
-            hint = "raise noise_multipliers or lower the steps, or drop noise_multipliers"
-            raise DiagnosticError([Diagnostic(OVER_BUDGET, message, hint=hint)])
-        return GanPlan(o, n_public, ae, critic, delta, epsilon)
 
-    shares = split or {"autoencoder": 0.5, "generator": 0.5}
-    (q_ae, q_critic), steps = _sampling_rates(o, n_public), (o.ae_steps, o.critic_steps)
+    def phases(z_ae: float, z_critic: float) -> tuple[DpSgdPhase, DpSgdPhase]:
+        return (
+            _phase(o.ae_batch_size, o.ae_clip_norm, z_ae, o.ae_steps, n_public),
+            _phase(o.critic_batch_size, o.critic_clip_norm, z_critic, o.critic_steps, n_public),
+        )
 
-    def phases(t: float) -> tuple[DpSgdPhase, ...]:
-        z_ae = calibrate_dpsgd_noise(q_ae, steps[0], t * shares["autoencoder"], delta)
-        z_critic = calibrate_dpsgd_noise(q_critic, steps[1], t * shares["generator"], delta)
-        return _phases(o, n_public, z_ae, z_critic)
-
-    def spent(t: float) -> float:
-        return _composed_epsilon(*phases(t), delta)
-
-    # Composed epsilon >= the larger stand-alone one, so t = eps / max(s) is at or above the
-    # target; shrink the lower end until it is feasible, then bisect in log scale.
-    lo, hi = budget.epsilon, budget.epsilon / max(shares.values())
-    while spent(lo) > budget.epsilon:
-        lo, hi = lo / 2, lo
-    while hi / lo > 1.001:
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if spent(mid) <= budget.epsilon else (lo, mid)
-    ae, critic = phases(lo)
-    return GanPlan(o, n_public, ae, critic, delta, _composed_epsilon(ae, critic, delta))
-
-
-def _sampling_rates(o: GanOptions, n_public: int) -> tuple[float, float]:
-    return min(1.0, o.ae_batch_size / n_public), min(1.0, o.critic_batch_size / n_public)
+    if o.noise_multipliers is None:
+        share = (split or {"autoencoder": 0.5})["autoencoder"]
+        ae = phases(1.0, 1.0)[0]
+        z_ae = calibrate_dpsgd_noise(ae.sampling_rate, ae.steps, share * budget.epsilon, delta)
+        critic = phases(z_ae, 1.0)[1]
+        z_critic = calibrate_dpsgd_noise(
+            critic.sampling_rate,
+            critic.steps,
+            budget.epsilon,
+            delta,
+            other_events=[_event("autoencoder", phases(z_ae, 1.0)[0])],
+        )
+        ae, critic = phases(z_ae, z_critic)
+    else:
+        ae, critic = phases(*o.noise_multipliers)
+    plan = GanPlan(o, n_public, ae, critic, delta, 0.0)
+    epsilon = float(epsilon_from_events(plan.events(), delta).epsilon)
+    if epsilon > budget.epsilon:
+        message = (
+            f"the gan phases spend epsilon={epsilon:.4f} at delta={delta:g}, above the gan "
+            f"budget epsilon={budget.epsilon:.4f} (noise multipliers "
+            f"{ae.noise_multiplier:.4g}, {critic.noise_multiplier:.4g})"
+        )
+        hint = "raise noise_multipliers or lower the steps, or drop noise_multipliers"
+        raise DiagnosticError([Diagnostic(OVER_BUDGET, message, hint=hint)])
+    return dataclasses.replace(plan, epsilon=epsilon)
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,7 +183,7 @@ def _run_phase(
         return jax.lax.scan(body, state, start + jnp.arange(block))[0]
 
     for start in range(0, total, block):
-        state = run_block(state, jnp.asarray(start), inputs)
+        state = jax.block_until_ready(run_block(state, jnp.asarray(start), inputs))
         if progress is not None:
             progress(name, min(start + block, total), total)
     return state

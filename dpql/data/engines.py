@@ -1,0 +1,424 @@
+"""Measurement engines: exact *sums* of IR queries over the private table (privacy boundary).
+
+An engine answers ``sums(queries)``: for each query the per-record vector summed over the rows
+that survive encoding (the measurer divides by the *public* n). Engines are interchangeable:
+the differential test checks that all of them agree to 1e-12 on the same file.
+
+* :class:`InMemoryEngine`: the table encoded by :mod:`dpql.codec` in numpy, answered by
+  :mod:`dpql.plan.exact` in row chunks (memory for intermediates bounded by the chunk).
+* :class:`DuckDBEngine`: the file scanned out of core by DuckDB; the codec's cell rules run in
+  SQL (:mod:`dpql.data.sql`), codes are materialised once into a temporary on-disk database
+  (deleted on :meth:`close`), then each marginal is one GROUP BY on a linearised cell key and the
+  other queries are ``SUM(CASE ...)`` aggregates batched many per SELECT. ``memory_limit`` bounds
+  DuckDB's memory whatever the number of rows (it spills to its temporary directory).
+* :class:`SparkEngine`: the same SQL on a pyspark session (needs Java and pyspark).
+
+:func:`open_engine` picks one; ``"auto"`` uses the in-memory engine below
+:data:`AUTO_THRESHOLD_BYTES` of file size and DuckDB above.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from dpql.codec import (
+    WHITESPACE,
+    ColumnIssues,
+    CuratorLog,
+    MissingPolicy,
+    check_policies,
+    column_diagnostics,
+    column_set_diagnostics,
+    raise_if_any,
+)
+from dpql.data import sql
+from dpql.data.load import (
+    DataFormat,
+    check_readable,
+    csv_header,
+    data_format,
+    error,
+    file_sha256,
+    load_table,
+)
+from dpql.diagnostics import DiagnosticError
+from dpql.domain import Domain, EncodedTable
+from dpql.plan.exact import sums_all
+from dpql.plan.ir import Marginal, Query
+
+EngineName = Literal["auto", "memory", "duckdb", "spark"]
+AUTO_THRESHOLD_BYTES = 200 * 2**20
+CUBE_AFTER = 16  # marginals in one call that justify compressing to distinct code tuples
+
+
+class MeasurementEngine(Protocol):
+    """Exact sums of queries over the private rows. ``curator_log`` is curator-only."""
+
+    @property
+    def curator_log(self) -> CuratorLog: ...
+
+    def sums(self, queries: Sequence[Query]) -> list[np.ndarray]:
+        """Per query, the sum over rows of its per-record vector (length ``q.cells``)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InMemoryEngine:
+    """An encoded table in memory, answered by the numpy evaluator in chunks of rows."""
+
+    def __init__(self, table: EncodedTable, curator_log: CuratorLog, chunk_rows: int = 1 << 20):
+        self._table = table
+        self._log = curator_log
+        self._chunk = chunk_rows
+
+    @classmethod
+    def from_file(
+        cls,
+        path: Path | str,
+        domain: Domain,
+        *,
+        fmt: DataFormat | None = None,
+        missing: Mapping[str, MissingPolicy] | None = None,
+        other: Mapping[str, str] | None = None,
+    ) -> InMemoryEngine:
+        result = load_table(path, domain, fmt=fmt, missing=missing, other=other)
+        return cls(result.table, result.curator_log)
+
+    @property
+    def curator_log(self) -> CuratorLog:
+        return self._log
+
+    def sums(self, queries: Sequence[Query]) -> list[np.ndarray]:
+        total = [np.zeros(q.cells(self._table.domain)) for q in queries]
+        for start in range(0, self._table.n, self._chunk):
+            part = self._table.slice(start, start + self._chunk)
+            for acc, s in zip(total, sums_all(queries, part), strict=True):
+                acc += s
+        return total
+
+    def close(self) -> None:
+        pass
+
+
+class _SQLEngine:
+    """The encoding and query protocol shared by the SQL engines (see :mod:`dpql.data.sql`).
+
+    Subclasses connect, expose the raw file as relation ``source`` and implement
+    :meth:`_fetch` (run one statement, return rows) and :meth:`_columns`.
+    """
+
+    dialect: sql.Dialect
+    _cube: bool | None = None  # None: not tried; then whether marginals read ``cube``
+
+    def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _columns(self) -> list[tuple[str, str]]:
+        """``(name, type)`` of the columns of ``source``."""
+        raise NotImplementedError
+
+    def _single_threaded(self) -> Callable[[], None]:
+        """Make row numbering follow file order; returns the function that undoes it."""
+        return lambda: None
+
+    def _encode(
+        self,
+        path: Path,
+        domain: Domain,
+        fmt: DataFormat,
+        missing: Mapping[str, MissingPolicy],
+        other: Mapping[str, str],
+    ) -> None:
+        """Validate as the codec does, then materialise ``enc``; sets the curator log."""
+        self._domain = domain
+        check_policies(domain, missing, other)
+        raw = {name.strip(WHITESPACE): (name, sql.storage_of(t)) for name, t in self._columns()}
+        diagnostics, extra = column_set_diagnostics(list(raw), domain, str(path))
+        raise_if_any(diagnostics)
+        line_offset = 1 if fmt == "csv" else None
+        for col in domain:
+            if raw[col.name][1] == "other" or (
+                raw[col.name][1] == "float" and col.kind == "categorical"
+            ):
+                issue = ColumnIssues(col.name, stored_as=self._type_of(raw[col.name][0]))
+                diagnostics += column_diagnostics(issue, domain, "error", False, str(path), None)
+        raise_if_any(diagnostics)
+
+        self._run(
+            f"CREATE OR REPLACE TEMPORARY VIEW parsed AS "
+            f"{sql.parsed_sql(domain, raw, self.dialect, 'source')}"
+        )
+        self._run(self.dialect.materialise("staged", sql.staged_sql(domain)))
+        stats = [int(x) for x in self._fetch(sql.stats_sql(domain, missing, other))[0]]
+        rows_read, rows_kept = stats[0], stats[1]
+        if rows_read == 0:
+            raise error("E403", f"data file '{path}' has no rows", path)
+        per: dict[str, tuple[int, ...]] = {}
+        for i, col in enumerate(domain):
+            k = 2 + sql.STATS_PER_COLUMN * i
+            per[col.name] = tuple(stats[k : k + sql.STATS_PER_COLUMN])
+            issues = self._issues(i, col.name, per[col.name], missing, other)
+            policy = missing.get(col.name, "error")
+            diagnostics += column_diagnostics(
+                issues, domain, policy, col.name in other, str(path), line_offset
+            )
+        raise_if_any(diagnostics)
+        if rows_kept == 0:
+            raise error(
+                "E403",
+                f"no rows of '{path}' are left after dropping missing values",
+                path,
+                "check the columns whose missing-value rule is 'drop'",
+            )
+
+        self._run(self.dialect.materialise("enc", sql.encoded_sql(domain, missing, other)))
+        self._run(self.dialect.drop("staged"))
+        self._log = CuratorLog(
+            str(path),
+            rows_read,
+            rows_kept,
+            missing={c: s[0] for c, s in per.items() if s[0]},
+            undeclared={c: s[1] for c, s in per.items() if s[1]},
+            clipped_low={c: s[2] for c, s in per.items() if s[2]},
+            clipped_high={c: s[3] for c, s in per.items() if s[3]},
+            ignored_columns=extra,
+            sha256=file_sha256(path),
+        )
+
+    def _issues(
+        self,
+        i: int,
+        name: str,
+        counts: tuple[int, ...],
+        missing: Mapping[str, MissingPolicy],
+        other: Mapping[str, str],
+    ) -> ColumnIssues:
+        """The column's issues, with examples fetched only where they will be an error."""
+        n_missing, n_invalid = counts[0], counts[1]
+        issues = ColumnIssues(name, missing=n_missing, invalid=n_invalid)
+        if n_missing and missing.get(name, "error") == "error":
+            first = self._problem_rows(i, "missing")[0][2]
+            issues = replace(issues, missing_first_row=first)
+        if n_invalid and (self._domain[name].kind == "numeric" or name not in other):
+            rows = self._problem_rows(i, "invalid")
+            examples = tuple((str(v), int(c), int(r)) for v, c, r, _ in rows)
+            issues = replace(issues, invalid_distinct=int(rows[0][3]), examples=examples)
+        return issues
+
+    def _problem_rows(self, i: int, kind: Literal["missing", "invalid"]) -> list[tuple[Any, ...]]:
+        undo = self._single_threaded()
+        try:
+            return self._fetch(sql.problem_rows_sql(i, kind, self.dialect))
+        finally:
+            undo()
+
+    def _type_of(self, raw_name: str) -> str:
+        return dict(self._columns())[raw_name]
+
+    def _run(self, statement: str) -> None:
+        self._fetch(statement)
+
+    @property
+    def curator_log(self) -> CuratorLog:
+        return self._log
+
+    def _use_cube(self, queries: Sequence[Query]) -> bool:
+        """Build the cube of distinct code tuples once a call asks for many marginals; keep it
+        when it has at most half the rows of ``enc`` (else it would not pay)."""
+        if self._cube is None and sum(isinstance(q, Marginal) for q in queries) >= CUBE_AFTER:
+            self._run(self.dialect.materialise("cube", sql.cube_sql(self._domain)))
+            (size,) = self._fetch("SELECT COUNT(*) FROM cube")[0]
+            self._cube = 2 * int(size) <= self._log.rows_kept
+            if not self._cube:
+                self._run(self.dialect.drop("cube"))
+        return bool(self._cube)
+
+    def sums(self, queries: Sequence[Query]) -> list[np.ndarray]:
+        out = [np.zeros(q.cells(self._domain)) for q in queries]
+        for stmt in sql.query_sql(queries, self._domain, self._use_cube(queries)):
+            rows = self._fetch(stmt.sql)
+            if isinstance(stmt, sql.MarginalSQL):
+                if rows:
+                    cells, counts = zip(*rows, strict=True)
+                    out[stmt.index][np.asarray(cells, dtype=np.int64)] = np.asarray(
+                        counts, dtype=np.float64
+                    )
+            elif stmt.by_card is None:
+                for i, value in zip(stmt.indices, rows[0], strict=True):
+                    out[i][0] = float(value or 0)
+            else:
+                for code, *values in rows:
+                    for i, value in zip(stmt.indices, values, strict=True):
+                        out[i][int(code)] = float(value or 0)
+        return out
+
+
+class DuckDBEngine(_SQLEngine):
+    """CSV/Parquet scanned out of core by DuckDB (see the module docstring).
+
+    ``memory_limit`` (DuckDB syntax, e.g. ``"1GB"``) and ``threads`` bound the resources; the
+    encoded table lives in a private temporary directory that :meth:`close` deletes.
+    """
+
+    dialect = sql.DUCKDB
+
+    def __init__(
+        self,
+        path: Path | str,
+        domain: Domain,
+        *,
+        fmt: DataFormat | None = None,
+        missing: Mapping[str, MissingPolicy] | None = None,
+        other: Mapping[str, str] | None = None,
+        memory_limit: str = "1GB",
+        threads: int | None = None,
+    ):
+        import duckdb
+
+        path = Path(path)
+        fmt = data_format(path, fmt)
+        check_readable(path)
+        self._threads = threads or os.cpu_count() or 1
+        self._dir = tempfile.mkdtemp(prefix="dpql-duckdb-")  # 0700: it holds private codes
+        self._con = duckdb.connect(os.path.join(self._dir, "encoded.duckdb"))
+        try:
+            self._con.execute(f"SET memory_limit = '{memory_limit}'")
+            self._con.execute(f"SET threads = {int(self._threads)}")
+            self._con.execute(f"SET temp_directory = '{os.path.join(self._dir, 'spill')}'")
+            if fmt == "parquet":
+                scan = f"read_parquet({sql.DUCKDB.string(str(path))})"
+            else:  # the header is read here: DuckDB's sniffer may skip leading rows silently
+                columns = ", ".join(f"{sql.DUCKDB.string(c)}: 'VARCHAR'" for c in csv_header(path))
+                scan = (
+                    f"read_csv({sql.DUCKDB.string(str(path))}, header = true, auto_detect = false, "
+                    f"columns = {{{columns}}}, delim = ',', quote = '\"', escape = '\"')"
+                )
+            self._guard(
+                path,
+                lambda: self._con.execute(
+                    f"CREATE OR REPLACE TEMPORARY VIEW source AS SELECT * FROM {scan}"
+                ),
+            )
+            self._guard(
+                path,
+                lambda: self._encode(path, domain, fmt, dict(missing or {}), dict(other or {})),
+            )
+        except BaseException:
+            self.close()
+            raise
+
+    def _guard(self, path: Path, step: Callable[[], object]) -> None:
+        import duckdb
+
+        try:
+            step()
+        except DiagnosticError:
+            raise
+        except duckdb.Error as e:
+            raise error(
+                "E409",
+                f"cannot read '{path}': {str(e).splitlines()[0]}",
+                path,
+                "check that the file is valid CSV (UTF-8) or Parquet",
+            ) from None
+
+    def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
+        return self._con.execute(statement).fetchall()
+
+    def _columns(self) -> list[tuple[str, str]]:
+        return [(r[0], r[1]) for r in self._fetch("DESCRIBE SELECT * FROM source")]
+
+    def _single_threaded(self) -> Callable[[], None]:
+        self._con.execute("SET threads = 1")
+        return lambda: self._con.execute(f"SET threads = {int(self._threads)}")
+
+    def close(self) -> None:
+        con = getattr(self, "_con", None)
+        if con is not None:
+            con.close()
+            self._con = None
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class SparkEngine(_SQLEngine):
+    """The SQL engine on Spark: the file is read by a (given or local) SparkSession, the codes
+    are cached with ``CACHE TABLE`` (memory and disk). Needs ``pyspark`` and Java."""
+
+    dialect = sql.SPARK
+
+    def __init__(
+        self,
+        path: Path | str,
+        domain: Domain,
+        *,
+        fmt: DataFormat | None = None,
+        missing: Mapping[str, MissingPolicy] | None = None,
+        other: Mapping[str, str] | None = None,
+        session: Any = None,
+    ):
+        from pyspark.sql import SparkSession
+
+        path = Path(path)
+        fmt = data_format(path, fmt)
+        check_readable(path)
+        self._spark = (
+            session or SparkSession.builder.master("local[*]").appName("dpql").getOrCreate()
+        )
+        reader = self._spark.read
+        frame = (
+            reader.parquet(str(path))
+            if fmt == "parquet"
+            else reader.option("header", True).option("inferSchema", False).csv(str(path))
+        )
+        frame.createOrReplaceTempView("source")
+        self._frame = frame
+        self._encode(path, domain, fmt, dict(missing or {}), dict(other or {}))
+
+    def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._spark.sql(statement).collect()]
+
+    def _columns(self) -> list[tuple[str, str]]:
+        return [(f.name, f.dataType.simpleString()) for f in self._frame.schema.fields]
+
+    def close(self) -> None:
+        self._spark.sql("UNCACHE TABLE IF EXISTS enc")
+
+
+def open_engine(
+    path: Path | str,
+    domain: Domain,
+    *,
+    engine: EngineName = "auto",
+    fmt: DataFormat | None = None,
+    missing: Mapping[str, MissingPolicy] | None = None,
+    other: Mapping[str, str] | None = None,
+    memory_limit: str = "1GB",
+    threads: int | None = None,
+) -> MeasurementEngine:
+    """Open the private table with the named engine (``auto``: by file size, see module doc)."""
+    path = Path(path)
+    if engine == "auto":
+        check_readable(path)
+        engine = "memory" if path.stat().st_size < AUTO_THRESHOLD_BYTES else "duckdb"
+    if engine == "memory":
+        return InMemoryEngine.from_file(path, domain, fmt=fmt, missing=missing, other=other)
+    if engine == "duckdb":
+        return DuckDBEngine(
+            path,
+            domain,
+            fmt=fmt,
+            missing=missing,
+            other=other,
+            memory_limit=memory_limit,
+            threads=threads,
+        )
+    return SparkEngine(path, domain, fmt=fmt, missing=missing, other=other)

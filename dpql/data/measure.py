@@ -1,0 +1,159 @@
+"""The private measurer: the :class:`~dpql.plan.oracle.MeasurementOracle` over the real table.
+
+This is the privacy boundary's only exit. What leaves it is (a) noisy answers from the Gaussian
+mechanism, (b) indices chosen by Gumbel top-k, and (c) the public n it was given. Each call
+appends one event to the ledger (through :mod:`dpql.privacy.mechanisms`, whose noise comes from
+the :class:`~dpql.privacy.noise.NoiseSource`). The curator-only :meth:`curator_summary` is kept
+apart: it holds the true row count and must never be written next to the release.
+
+Neighbouring relation: replace-one with the *public* row count ``n`` of the spec (tables D, D'
+of n rows differing in one record). Every answer is ``sum / n`` with that public n, even when
+the file holds another number of rows (rows dropped for missing values); so sensitivities are
+the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
+
+* ``measure``: the concatenated answer vector has L2 sensitivity
+  ``sqrt(sum_q Delta_2(q)^2)`` (sqrt(2)/n per vector query, 1/n per scalar one), and the
+  Gaussian mechanism at that sensitivity is rho-zCDP (rap_pp.md §4.1 Def. 8, Lemma 1);
+* ``select``: the score ``||a_q(D) - s_q||_1 - penalty_q`` changes by at most ``Delta_1(q)``
+  (2/n for vector queries, 1/n for scalar ones) by the triangle inequality, since ``s_q`` and
+  the penalty are fixed given past outputs; Gumbel top-k is calibrated to the largest of these
+  (rap_pp.md §4.2 and pitfall 6: an L1 score needs 2/n, not the code's sqrt(2)/n). A penalty
+  such as ``cells / n`` against size bias (pitfall 8) is public, hence DP-neutral.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpql.codec import CuratorLog
+from dpql.data.engines import MeasurementEngine
+from dpql.diagnostics import InternalError
+from dpql.plan.ir import Query
+from dpql.privacy.ledger import Ledger
+from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
+from dpql.privacy.noise import NoiseSource
+
+
+@dataclass(frozen=True)
+class CuratorSummary:
+    """CURATOR-ONLY facts about the private table (true row count, clip counts, file hash).
+    Never part of a release, provenance record or ledger."""
+
+    log: CuratorLog
+    public_rows: int
+    distinct_queries_answered: int
+
+    def to_json(self) -> dict[str, object]:
+        log = self.log
+        return {
+            "curator_only": True,
+            "source": log.source,
+            "sha256": log.sha256,
+            "public_rows": self.public_rows,
+            "rows_read": log.rows_read,
+            "rows_kept": log.rows_kept,
+            "missing": dict(log.missing),
+            "undeclared": dict(log.undeclared),
+            "clipped_low": dict(log.clipped_low),
+            "clipped_high": dict(log.clipped_high),
+            "ignored_columns": list(log.ignored_columns),
+            "distinct_queries_answered": self.distinct_queries_answered,
+        }
+
+
+class PrivateMeasurer:
+    """Gaussian measurements and Gumbel selections of exact answers held by an engine.
+
+    Exact answers are computed once per distinct query (batched per call) and cached; they never
+    leave this object except through a mechanism.
+    """
+
+    def __init__(self, engine: MeasurementEngine, n: int, ledger: Ledger, noise: NoiseSource):
+        if n < 1:
+            raise InternalError(f"public row count must be >= 1, got {n}")
+        self._engine = engine
+        self._n = n
+        self._ledger = ledger
+        self._noise = noise
+        self._sums: dict[Query, np.ndarray] = {}
+
+    @property
+    def n(self) -> int:
+        """The public row count of the spec (never the data's)."""
+        return self._n
+
+    def _answers(self, queries: Sequence[Query]) -> list[np.ndarray]:
+        todo = list(dict.fromkeys(q for q in queries if q not in self._sums))
+        if todo:
+            for q, s in zip(todo, self._engine.sums(todo), strict=True):
+                self._sums[q] = s
+        return [self._sums[q] / self._n for q in queries]
+
+    def measure(
+        self, queries: Sequence[Query], rho: float, *, phase: str, label: str
+    ) -> list[np.ndarray]:
+        """Gaussian mechanism, rho-zCDP, on the concatenated answers (see module docstring)."""
+        if not queries:
+            return []
+        answers = self._answers(queries)
+        l2 = math.sqrt(math.fsum(q.sensitivity(self._n).l2 ** 2 for q in queries))
+        noisy = gaussian_mechanism(
+            np.concatenate(answers),
+            l2,
+            rho,
+            noise=self._noise,
+            ledger=self._ledger,
+            phase=phase,
+            label=label,
+        )
+        return np.split(noisy, np.cumsum([a.size for a in answers])[:-1])
+
+    def select(
+        self,
+        candidates: Sequence[Query],
+        synthetic_answers: Sequence[np.ndarray],
+        k: int,
+        rho: float,
+        *,
+        phase: str,
+        label: str,
+        penalty: Sequence[float] | None = None,
+    ) -> list[int]:
+        """Gumbel top-k on ``||a_q(D) - synthetic_q||_1 - penalty_q``, rho-zCDP (module doc)."""
+        if not candidates:
+            raise InternalError("select: no candidates")
+        if len(synthetic_answers) != len(candidates) or (
+            penalty is not None and len(penalty) != len(candidates)
+        ):
+            raise InternalError("select: one synthetic answer and penalty per candidate")
+        answers = self._answers(candidates)
+        scores = np.empty(len(candidates))
+        for i, (a, s) in enumerate(zip(answers, synthetic_answers, strict=True)):
+            s = np.asarray(s, dtype=np.float64)
+            if s.shape != a.shape:
+                raise InternalError(
+                    f"select: synthetic answer {i} has shape {s.shape}, the query has {a.shape}"
+                )
+            scores[i] = np.abs(a - s).sum()
+        if penalty is not None:
+            scores -= np.asarray(penalty, dtype=np.float64)
+        sensitivity = max(q.sensitivity(self._n).l1 for q in candidates)
+        chosen = gumbel_top_k(
+            scores,
+            sensitivity,
+            k,
+            rho,
+            noise=self._noise,
+            ledger=self._ledger,
+            phase=phase,
+            label=label,
+        )
+        return [int(i) for i in chosen]
+
+    def curator_summary(self) -> CuratorSummary:
+        """CURATOR-ONLY (true row count, clip counts, file hash): never put it in a release."""
+        return CuratorSummary(self._engine.curator_log, self._n, len(self._sums))

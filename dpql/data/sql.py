@@ -1,0 +1,367 @@
+"""SQL text for the out-of-core engines: the codec's cell semantics and the query IR as SQL.
+
+Pure string building, shared by DuckDB and Spark (the two dialects differ only in quoting,
+trimming, regular expressions, row numbering and materialisation). The encoding runs in three
+relations over the raw ``source``:
+
+* ``parsed`` (a view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL =
+  missing) and ``v{i}`` its value (categorical code or DOUBLE; NULL when missing or invalid);
+  only the error path reads it again, to find example values and row numbers;
+* ``staged`` (materialised, the one scan of the source): ``m{i}`` missing flag and ``v{i}``;
+* one aggregate over ``staged`` (:func:`stats_sql`) counting missing/invalid/clipped cells and
+  kept rows, which the engines turn into the codec's diagnostics and :class:`CuratorLog`;
+* ``enc`` (materialised from ``staged``, which is then dropped): per column ``c{i}`` the
+  public code and, for numeric columns, ``u{i}`` the value clipped and scaled to [0, 1] with
+  the same IEEE operations as :mod:`dpql.codec`, so every engine gives bit-identical codes and
+  scaled values.
+
+Float literals are written as ``CAST('<repr>' AS DOUBLE)``: decimal literals would be DECIMAL in
+DuckDB, and a string cast parses to the correctly rounded double in both dialects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dpql.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy
+from dpql.domain import CategoricalColumn, Domain, NumericColumn
+from dpql.plan.ir import (
+    And,
+    CatIn,
+    Count,
+    Halfspace,
+    Marginal,
+    Moment,
+    Not,
+    NumCmp,
+    Or,
+    Pred,
+    Prefix,
+    Query,
+    TruePred,
+)
+
+Storage = Literal["text", "exact", "float", "other"]
+AGGREGATES_PER_SELECT = 200  # keeps statements short; one scan of ``enc`` each
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: Literal["duckdb", "spark"]
+
+    def ident(self, name: str) -> str:
+        q = '"' if self.name == "duckdb" else "`"
+        return q + name.replace(q, q + q) + q
+
+    def string(self, value: str) -> str:
+        if self.name == "duckdb":
+            return "'" + value.replace("'", "''") + "'"
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    def trim(self, expr: str) -> str:
+        chars = self.string(WHITESPACE)
+        if self.name == "duckdb":
+            return f"trim({expr}, {chars})"
+        return f"trim(BOTH {chars} FROM {expr})"
+
+    def full_match(self, expr: str, pattern: str) -> str:
+        if self.name == "duckdb":
+            return f"regexp_full_match({expr}, {self.string(pattern)})"
+        return f"({expr} RLIKE {self.string('^(' + pattern + ')$')})"
+
+    @property
+    def text_type(self) -> str:
+        return "VARCHAR" if self.name == "duckdb" else "STRING"
+
+    @property
+    def row_number(self) -> str:
+        """1-based data-row number in file order (engines run it single-threaded)."""
+        if self.name == "duckdb":
+            return "row_number() OVER ()"
+        return "row_number() OVER (ORDER BY monotonically_increasing_id())"
+
+    def category_code(self, expr: str, values: Sequence[str]) -> str:
+        """0-based index of ``expr`` in ``values``; NULL when absent (a list lookup is ~10x
+        faster than a CASE over strings in DuckDB)."""
+        items = ", ".join(self.string(v) for v in values)
+        if self.name == "duckdb":
+            return f"(NULLIF(list_position([{items}], {expr}), 0) - 1)"
+        return f"(NULLIF(array_position(array({items}), {expr}), 0) - 1)"
+
+    def materialise(self, name: str, select: str) -> str:
+        if self.name == "duckdb":
+            return f"CREATE OR REPLACE TABLE {name} AS {select}"
+        return f"CACHE TABLE {name} AS {select}"
+
+    def drop(self, name: str) -> str:
+        if self.name == "duckdb":
+            return f"DROP TABLE IF EXISTS {name}"
+        return f"UNCACHE TABLE IF EXISTS {name}"
+
+
+DUCKDB = Dialect("duckdb")
+SPARK = Dialect("spark")
+
+
+def double(x: float) -> str:
+    return f"CAST('{float(x)!r}' AS DOUBLE)"
+
+
+def storage_of(type_name: str) -> Storage:
+    """Classify an engine's column type the way :mod:`dpql.codec` classifies pandas dtypes."""
+    t = type_name.upper()
+    if t.startswith(("VARCHAR", "STRING", "CHAR", "TEXT")):
+        return "text"
+    if t.startswith(("FLOAT", "DOUBLE", "REAL")):
+        return "float"
+    if "INT" in t or t.startswith("DECIMAL"):
+        return "exact"
+    return "other"
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _raw(src: str, storage: Storage, col: NumericColumn | CategoricalColumn, d: Dialect) -> str:
+    """The cleaned cell: NULL when missing; text for categorical columns."""
+    if storage == "text":
+        return f"NULLIF({d.trim(src)}, '')"
+    if isinstance(col, CategoricalColumn):
+        return f"CAST({src} AS {d.text_type})"
+    if storage == "float":
+        return f"CASE WHEN isnan({src}) THEN NULL ELSE {src} END"
+    return src
+
+
+def _value(r: str, storage: Storage, col: NumericColumn | CategoricalColumn, d: Dialect) -> str:
+    """The cell's code or DOUBLE value from the cleaned cell ``r``; NULL when invalid."""
+    if isinstance(col, CategoricalColumn):
+        return d.category_code(r, col.values)
+    if storage == "text":
+        return f"CASE WHEN {d.full_match(r, NUMBER_PATTERN)} THEN CAST({r} AS DOUBLE) END"
+    if storage == "float":
+        return f"CASE WHEN abs({r}) = {double(math.inf)} THEN NULL ELSE CAST({r} AS DOUBLE) END"
+    return f"CAST({r} AS DOUBLE)"
+
+
+def parsed_sql(
+    domain: Domain, sources: Mapping[str, tuple[str, Storage]], d: Dialect, source: str
+) -> str:
+    """``SELECT r{i}, v{i} FROM source``; ``sources`` maps a column to its raw name and storage
+    (no column may have storage ``other``)."""
+    items = []
+    for i, col in enumerate(domain):
+        raw_name, storage = sources[col.name]
+        items.append(f"{_raw(d.ident(raw_name), storage, col, d)} AS r{i}")
+    inner = ", ".join(items)
+    outer = ", ".join(
+        f"r{i}, {_value(f'r{i}', sources[c.name][1], c, d)} AS v{i}" for i, c in enumerate(domain)
+    )
+    return f"SELECT {outer} FROM (SELECT {inner} FROM {source}) AS cleaned"
+
+
+def staged_sql(domain: Domain) -> str:
+    """``SELECT m{i}, v{i} FROM parsed``: the missing flag and value of every cell, materialised
+    once so the source (and its string lookups) is scanned a single time."""
+    items = ", ".join(f"(r{i} IS NULL) AS m{i}, v{i}" for i in range(len(domain)))
+    return f"SELECT {items} FROM parsed"
+
+
+def _effective(
+    i: int, col: NumericColumn | CategoricalColumn, policy: MissingPolicy, other: str | None
+) -> str:
+    """The value after the missing/other policies (NULL on rows that are dropped or errors)."""
+    if isinstance(col, CategoricalColumn):
+        fill = str(col.values.index(policy.value)) if isinstance(policy, Fill) else "NULL"
+        catch = str(col.values.index(other)) if other is not None else "NULL"
+        return f"COALESCE(v{i}, CASE WHEN m{i} THEN {fill} ELSE {catch} END)"
+    if isinstance(policy, Fill):
+        return f"COALESCE(v{i}, {double(float(policy.value))})"
+    return f"v{i}"
+
+
+def _keep(domain: Domain, missing: Mapping[str, MissingPolicy]) -> str:
+    dropped = [f"NOT m{i}" for i, c in enumerate(domain) if missing.get(c.name) == "drop"]
+    return " AND ".join(dropped) or "TRUE"
+
+
+def _count(cond: str) -> str:
+    return f"COALESCE(SUM(CASE WHEN {cond} THEN 1 ELSE 0 END), 0)"
+
+
+STATS_PER_COLUMN = 4  # missing, invalid, below, above
+
+
+def stats_sql(
+    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
+) -> str:
+    """One row: rows read, rows kept, then per column missing/invalid/below/above counts
+    (clip counts over kept rows, after fills). Runs over ``staged``."""
+    keep = _keep(domain, missing)
+    items = ["COUNT(*)", _count(keep)]
+    for i, col in enumerate(domain):
+        items += [_count(f"m{i}"), _count(f"NOT m{i} AND v{i} IS NULL")]
+        if isinstance(col, NumericColumn):
+            e = _effective(i, col, missing.get(col.name, "error"), None)
+            items += [
+                _count(f"{keep} AND {e} < {double(col.lo)}"),
+                _count(f"{keep} AND {e} > {double(col.hi)}"),
+            ]
+        else:
+            items += ["0", "0"]
+    return f"SELECT {', '.join(items)} FROM staged"
+
+
+def problem_rows_sql(i: int, kind: Literal["missing", "invalid"], d: Dialect) -> str:
+    """Offending cells of column ``i``: ``(value, rows, first_row, distinct values)``, the most
+    frequent first; runs over ``parsed``."""
+    cond = f"r{i} IS NULL" if kind == "missing" else f"r{i} IS NOT NULL AND v{i} IS NULL"
+    text = f"CAST(r{i} AS {d.text_type})"
+    numbered = f"SELECT {d.row_number} AS rn, {text} AS t, {cond} AS bad FROM parsed"
+    return (
+        f"SELECT t, COUNT(*) AS n, MIN(rn) AS first, COUNT(*) OVER () AS distinct_values "
+        f"FROM ({numbered}) AS numbered WHERE bad GROUP BY t ORDER BY n DESC, first LIMIT 10"
+    )
+
+
+def encoded_sql(
+    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
+) -> str:
+    """``SELECT c{i}[, u{i}] FROM staged WHERE keep``: codes and scaled values, as the codec."""
+    effective, clipped, items = [], [], []
+    for i, col in enumerate(domain):
+        policy = missing.get(col.name, "error")
+        effective.append(f"{_effective(i, col, policy, other.get(col.name))} AS e{i}")
+        if isinstance(col, CategoricalColumn):
+            clipped.append(f"e{i}")
+            items.append(f"CAST(e{i} AS INTEGER) AS c{i}")
+            continue
+        clipped.append(f"LEAST(GREATEST(e{i}, {double(col.lo)}), {double(col.hi)}) AS x{i}")
+        # bin_of = searchsorted(edges, x, "right") - 1 clipped to [0, card) = #inner edges <= x
+        arms = " ".join(
+            f"WHEN x{i} >= {double(col.edges[b])} THEN {b}" for b in range(col.card - 1, 0, -1)
+        )
+        items.append(f"CAST(CASE {arms} ELSE 0 END AS INTEGER) AS c{i}" if arms else f"0 AS c{i}")
+        items.append(f"(x{i} - {double(col.lo)}) / {double(col.span)} AS u{i}")
+    return (
+        f"SELECT {', '.join(items)} FROM (SELECT {', '.join(clipped)} FROM "
+        f"(SELECT {', '.join(effective)} FROM staged WHERE {_keep(domain, missing)}) AS eff) AS cl"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries over ``enc``
+
+
+def pred_sql(p: Pred, domain: Domain) -> str:
+    if isinstance(p, TruePred):
+        return "TRUE"
+    if isinstance(p, NumCmp):
+        return f"u{domain.names.index(p.column)} {p.op} {double(p.threshold)}"
+    if isinstance(p, CatIn):
+        if not p.codes:
+            return "FALSE"
+        codes = ", ".join(str(c) for c in sorted(p.codes))
+        return f"c{domain.names.index(p.column)} IN ({codes})"
+    if isinstance(p, And | Or):
+        if not p.items:
+            return "TRUE" if isinstance(p, And) else "FALSE"
+        op = " AND " if isinstance(p, And) else " OR "
+        return "(" + op.join(pred_sql(i, domain) for i in p.items) + ")"
+    if isinstance(p, Not):
+        return f"(NOT {pred_sql(p.item, domain)})"
+    raise TypeError(f"not a predicate: {p!r}")
+
+
+@dataclass(frozen=True)
+class MarginalSQL:
+    """``SELECT cell, count``: cells in row-major order of the columns' codes."""
+
+    index: int
+    cells: int
+    sql: str
+
+
+@dataclass(frozen=True)
+class AggregateSQL:
+    """One scan for several scalar sums, split by the codes of ``by`` when it is set: rows
+    ``(by code, sum_1, ..., sum_m)`` or one row ``(sum_1, ..., sum_m)``."""
+
+    indices: tuple[int, ...]
+    by_card: int | None
+    sql: str
+
+
+def cube_sql(domain: Domain) -> str:
+    """The distinct code tuples of ``enc`` with their multiplicity ``w``. Every marginal is a
+    sum over it, and real tables repeat tuples a lot, so marginals scan far fewer rows."""
+    codes = ", ".join(f"c{i}" for i in range(len(domain)))
+    return f"SELECT {codes}, COUNT(*) AS w FROM enc GROUP BY {codes}"
+
+
+def marginal_sql(index: int, q: Marginal, domain: Domain, cube: bool = False) -> MarginalSQL:
+    """One GROUP BY on the row-major cell index, over ``enc`` or (``cube``) over ``cube``."""
+    source, count = ("cube", "SUM(w)") if cube else ("enc", "COUNT(*)")
+    if not q.columns:
+        return MarginalSQL(index, 1, f"SELECT 0, {count} FROM {source}")
+    key, stride = [], 1
+    for name in reversed(q.columns):
+        key.append(f"CAST(c{domain.names.index(name)} AS BIGINT) * {stride}")
+        stride *= domain.card(name)
+    return MarginalSQL(index, stride, f"SELECT {' + '.join(key)}, {count} FROM {source} GROUP BY 1")
+
+
+def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
+    """The per-record sum of a non-marginal query and the column it is split by."""
+    if isinstance(q, Prefix):
+        cond = (
+            " AND ".join(
+                f"u{domain.names.index(c)} <= {double(t)}"
+                for c, t in zip(q.columns, q.thresholds, strict=True)
+            )
+            or "TRUE"
+        )
+        return f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)", q.by
+    if isinstance(q, Halfspace):
+        dot = " + ".join(
+            f"{double(w)} * u{domain.names.index(c)}"
+            for c, w in zip(q.columns, q.theta, strict=True)
+        )
+        return f"SUM(CASE WHEN {dot} > {double(q.tau)} THEN 1 ELSE 0 END)", q.by
+    if isinstance(q, Count):
+        return f"SUM(CASE WHEN {pred_sql(q.predicate, domain)} THEN 1 ELSE 0 END)", None
+    if isinstance(q, Moment):
+        prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns) or "1.0"
+        return f"SUM(CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END)", None
+    raise TypeError(f"not a query: {q!r}")
+
+
+def query_sql(
+    queries: Sequence[Query], domain: Domain, cube: bool = False
+) -> list[MarginalSQL | AggregateSQL]:
+    """Statements answering ``queries`` (exact sums): one GROUP BY per marginal, the others
+    batched per ``by`` column, at most :data:`AGGREGATES_PER_SELECT` sums per statement."""
+    out: list[MarginalSQL | AggregateSQL] = []
+    groups: dict[str | None, list[tuple[int, str]]] = {}
+    for i, q in enumerate(queries):
+        if isinstance(q, Marginal):
+            out.append(marginal_sql(i, q, domain, cube))
+        else:
+            expr, by = _sum_sql(q, domain)
+            groups.setdefault(by, []).append((i, expr))
+    for by, items in groups.items():
+        for s in range(0, len(items), AGGREGATES_PER_SELECT):
+            part = items[s : s + AGGREGATES_PER_SELECT]
+            sums = ", ".join(e for _, e in part)
+            indices = tuple(i for i, _ in part)
+            if by is None:
+                out.append(AggregateSQL(indices, None, f"SELECT {sums} FROM enc"))
+            else:
+                c = f"c{domain.names.index(by)}"
+                sql = f"SELECT {c}, {sums} FROM enc GROUP BY {c}"
+                out.append(AggregateSQL(indices, domain.card(by), sql))
+    return out

@@ -1,0 +1,24 @@
+"""DP-auto-GAN synthesizer (Tantipongpipat et al. 2019; digest `papers/dp_auto_gan.md`).
+
+**Privacy boundary.** This package is the ONLY synthesizer code that touches private rows: its
+DP-SGD loops (:mod:`.dpsgd`, driven by :func:`train_gan`) read the private
+:class:`~dpql.domain.EncodedTable` handed over by the pipeline. Every other synthesizer fits to
+noisy measurements only. It never imports :mod:`dpql.data`; it receives rows, a
+:class:`~dpql.privacy.noise.NoiseSource` and a :class:`~dpql.privacy.ledger.Ledger`.
+
+Pipeline use::
+
+    options = GanOptions.from_mapping(spec.synthesizer.options)     # validates, no data
+    plan = plan_gan(options, n_public, budget, split)                # calibrates noise, no data
+    model = train_gan(private_rows, plan, noise=noise, ledger=ledger, progress=callback)
+    table = sample(model, rows, seed)                                # post-processing
+
+Privacy accounting: two Poisson-subsampled Gaussian phases (autoencoder, critic), appended to
+the ledger as ``dpsgd`` events and composed by :mod:`dpql.privacy.accountant` under dpql's
+replace-one relation (see that module for the add/remove -> replace-one bound).
+"""
+
+from dpql.synth.gan.options import GanOptions
+from dpql.synth.gan.train import GanModel, GanPlan, plan_gan, sample, train_gan
+
+__all__ = ["GanModel", "GanOptions", "GanPlan", "plan_gan", "sample", "train_gan"]

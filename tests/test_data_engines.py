@@ -1,0 +1,303 @@
+"""Measurement engines: every engine gives the same sums, logs and errors on the same file."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpql.codec import Fill
+from dpql.data import engines
+from dpql.data.engines import DuckDBEngine, InMemoryEngine, SparkEngine, open_engine
+from dpql.diagnostics import DiagnosticError
+from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
+from dpql.plan.ir import (
+    And,
+    CatIn,
+    Count,
+    Halfspace,
+    Marginal,
+    Moment,
+    Not,
+    NumCmp,
+    Or,
+    Prefix,
+    Query,
+    TruePred,
+)
+
+ROWS = 300
+ODD_VALUES = ["?", "a b", "it's", 'say "x"', "<=50K", "Ünï", "v,1"]
+
+
+def random_domain(rng: np.random.Generator) -> Domain:
+    cols: list[NumericColumn | CategoricalColumn] = []
+    for j in range(rng.integers(2, 4)):
+        k = int(rng.integers(2, 6))
+        values = tuple(rng.choice(ODD_VALUES, size=2, replace=False)) + tuple(
+            f"v{i}" for i in range(k - 2)
+        )
+        cols.append(CategoricalColumn(f"cat {j}", values))
+    for j in range(rng.integers(2, 4)):
+        lo = float(rng.integers(-50, 10))
+        hi = lo + float(rng.integers(5, 60))
+        if rng.random() < 0.5:
+            edges = numeric_edges(lo, hi, True, int(rng.integers(1, 8)))
+            cols.append(NumericColumn(f"int{j}", lo, hi, True, edges))
+        else:
+            inner = np.sort(rng.uniform(lo, hi, size=int(rng.integers(0, 5))))
+            edges = (lo, *map(float, inner), hi)
+            cols.append(NumericColumn(f"num{j}", lo, hi, False, edges))
+    order = rng.permutation(len(cols))
+    return Domain(tuple(cols[i] for i in order))
+
+
+def random_raw(
+    domain: Domain, rng: np.random.Generator, repeats: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The same table as CSV text cells and as Parquet-native columns (floats, strings);
+    ``ROWS / repeats`` random rows each repeated ``repeats`` times, shuffled."""
+    order = rng.permutation(np.arange(ROWS) % (ROWS // repeats))
+    text: dict[str, list[str]] = {}
+    native: dict[str, object] = {}
+    for col in domain:
+        missing = rng.random(ROWS) < 0.05
+        if isinstance(col, CategoricalColumn):
+            values = rng.choice([*col.values, "undeclared"], size=ROWS, p=None)
+            pads = rng.choice(["", " ", "\t"], size=ROWS)
+            text[col.name] = [
+                "" if m else f"{p}{v}{p}" for m, v, p in zip(missing, values, pads, strict=True)
+            ]
+            native[col.name] = pd.array(
+                [None if m else str(v) for m, v in zip(missing, values, strict=True)],
+                dtype="string",
+            )
+        else:
+            x = rng.uniform(col.lo - 0.2 * col.span, col.hi + 0.2 * col.span, size=ROWS)
+            x = np.where(rng.random(ROWS) < 0.2, rng.choice(np.asarray(col.edges), ROWS), x)
+            x = np.round(x) if col.integer else x
+            text[col.name] = ["" if m else repr(float(v)) for m, v in zip(missing, x, strict=True)]
+            native[col.name] = np.where(missing, np.nan, x)
+    return pd.DataFrame(text).iloc[order], pd.DataFrame(native).iloc[order]
+
+
+def policies(domain: Domain, rng: np.random.Generator) -> tuple[dict, dict]:
+    missing: dict[str, object] = {}
+    other: dict[str, str] = {}
+    for col in domain:
+        if isinstance(col, CategoricalColumn):
+            other[col.name] = col.values[-1]
+            missing[col.name] = rng.choice(["drop", "fill"])
+            if missing[col.name] == "fill":
+                missing[col.name] = Fill(col.values[0])
+        else:
+            missing[col.name] = "drop" if rng.random() < 0.5 else Fill((col.lo + col.hi) / 2)
+    return missing, other
+
+
+def random_pred(domain: Domain, rng: np.random.Generator, depth: int = 0):
+    col = domain.columns[rng.integers(len(domain))]
+    r = rng.random()
+    if depth < 2 and r < 0.3:
+        items = tuple(random_pred(domain, rng, depth + 1) for _ in range(rng.integers(0, 3)))
+        return And(items) if rng.random() < 0.5 else Or(items)
+    if depth < 2 and r < 0.4:
+        return Not(random_pred(domain, rng, depth + 1))
+    if r < 0.45:
+        return TruePred()
+    if isinstance(col, CategoricalColumn):
+        size = int(rng.integers(0, col.card + 1))
+        return CatIn(col.name, frozenset(int(c) for c in rng.choice(col.card, size, False)))
+    # thresholds on the scaled bin edges make ties between "<" and "<=" matter
+    t = rng.choice(col.scaled_edges) if rng.random() < 0.5 else rng.uniform(-0.1, 1.1)
+    return NumCmp(col.name, str(rng.choice(["<", "<=", ">", ">="])), float(t))  # type: ignore[arg-type]
+
+
+def random_queries(domain: Domain, rng: np.random.Generator) -> list[Query]:
+    names = domain.names
+    num = [c.name for c in domain.numeric]
+    cat = [c.name for c in domain.categorical]
+    qs: list[Query] = [Marginal(c) for k in (1, 2) for c in itertools.combinations(names, k)]
+    qs += [Marginal(tuple(rng.permutation(names)[:3]))]
+    for _ in range(4):
+        cols = tuple(rng.choice(num, size=int(rng.integers(1, len(num) + 1)), replace=False))
+        thr = tuple(float(rng.choice([*domain[c].scaled_edges, rng.random()])) for c in cols)  # type: ignore[union-attr]
+        qs.append(Prefix(cols, thr, rng.choice([None, *cat])))
+        theta = tuple(float(v) for v in rng.standard_normal(len(cols)) / np.sqrt(len(cols)))
+        qs.append(Halfspace(cols, theta, float(rng.standard_normal() * 0.3), str(rng.choice(cat))))
+        qs.append(Count(random_pred(domain, rng)))
+        m = tuple(str(c) for c in rng.choice(num, size=int(rng.integers(0, 3)), replace=True))
+        qs.append(Moment(m, random_pred(domain, rng)))
+    return qs
+
+
+def spark_available() -> bool:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("java") is not None
+
+
+@pytest.fixture(scope="module")
+def spark_session():
+    if not spark_available():
+        pytest.skip("SparkEngine needs pyspark and Java; pyspark is not installed here")
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.master("local[1]").appName("dpql-test").getOrCreate()
+    yield session
+    session.stop()
+
+
+def engine_factories(request: pytest.FixtureRequest):
+    yield "duckdb", lambda p, d, **kw: DuckDBEngine(p, d, memory_limit="256MB", threads=2, **kw)
+    if spark_available():
+        session = request.getfixturevalue("spark_session")
+        yield "spark", lambda p, d, **kw: SparkEngine(p, d, session=session, **kw)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_engines_agree_on_random_tables_and_queries(
+    seed: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    rng = np.random.default_rng(seed)
+    domain = random_domain(rng)
+    # even seeds repeat rows, so the SQL engines answer marginals from the cube of distinct
+    # code tuples; odd seeds do not, so they answer from the encoded rows
+    text, native = random_raw(domain, rng, repeats=4 if seed % 2 == 0 else 1)
+    missing, other = policies(domain, rng)
+    queries = random_queries(domain, rng)
+    csv, parquet = tmp_path / "t.csv", tmp_path / "t.parquet"
+    text.to_csv(csv, index=False)
+    native.to_parquet(parquet)
+
+    reference = InMemoryEngine.from_file(csv, domain, missing=missing, other=other)
+    expected = reference.sums(queries)
+    n = reference.curator_log.rows_kept
+    assert 0 < n < ROWS  # the table exercised dropping
+    assert reference.curator_log.clipped_low and reference.curator_log.undeclared
+    assert [s.shape for s in expected] == [(q.cells(domain),) for q in queries]
+    chunked = InMemoryEngine.from_file(csv, domain, missing=missing, other=other)
+    chunked._chunk = 7
+    candidates = [
+        ("memory-chunked", chunked),
+        ("memory-parquet", InMemoryEngine.from_file(parquet, domain, missing=missing, other=other)),
+    ]
+    for name, make in engine_factories(request):
+        for path in (csv, parquet):
+            candidates.append(
+                (f"{name}-{path.suffix}", make(path, domain, missing=missing, other=other))
+            )
+    for name, engine in candidates:
+        try:
+            got = engine.sums(queries)
+            if isinstance(engine, DuckDBEngine) and seed % 2 == 0:
+                assert engine._cube
+            assert engine.curator_log.rows_kept == n, name
+            log, ref = engine.curator_log, reference.curator_log
+            assert (log.missing, log.undeclared, log.clipped_low, log.clipped_high) == (
+                ref.missing,
+                ref.undeclared,
+                ref.clipped_low,
+                ref.clipped_high,
+            ), name
+            for q, a, b in zip(queries, expected, got, strict=True):
+                np.testing.assert_allclose(b / n, a / n, rtol=0, atol=1e-12, err_msg=f"{name} {q}")
+        finally:
+            engine.close()
+
+
+def test_marginal_cells_are_row_major(tmp_path: Path) -> None:
+    domain = Domain((CategoricalColumn("a", ("x", "y")), CategoricalColumn("b", ("p", "q", "r"))))
+    path = tmp_path / "t.csv"
+    path.write_text("a,b\nx,r\ny,p\ny,p\ny,q\n")
+    for engine in (InMemoryEngine.from_file(path, domain), DuckDBEngine(path, domain)):
+        assert engine.sums([Marginal(("a", "b"))])[0].tolist() == [0, 0, 1, 2, 1, 0]
+        engine.close()
+
+
+def test_cube_is_dropped_when_rows_are_mostly_distinct(tmp_path: Path) -> None:
+    domain = Domain((NumericColumn("x", 0.0, 99.0, True, numeric_edges(0, 99, True, 100)),))
+    path = tmp_path / "t.csv"
+    path.write_text("x\n" + "\n".join(str(i % 100) for i in range(120)) + "\n")
+    engine = DuckDBEngine(path, domain)
+    sums = engine.sums([Marginal(("x",))] * engines.CUBE_AFTER)
+    assert engine._cube is False
+    assert sums[0].tolist() == [2] * 20 + [1] * 80
+    engine.close()
+
+
+def bad_csv(path: Path) -> Domain:
+    path.write_text("x,c,extra\n1,a,0\nfoo,a,0\n3,zz,0\n4,zz,0\n5,,0\n6,Q,0\n,b,0\nbar,b,0\n")
+    return Domain(
+        (NumericColumn("x", 0.0, 9.0, True, (0.0, 5.0, 10.0)), CategoricalColumn("c", ("a", "b")))
+    )
+
+
+def test_duckdb_reports_the_same_diagnostics_as_the_codec(tmp_path: Path) -> None:
+    domain = bad_csv(tmp_path / "bad.csv")
+    with pytest.raises(DiagnosticError) as mem:
+        InMemoryEngine.from_file(tmp_path / "bad.csv", domain)
+    with pytest.raises(DiagnosticError) as duck:
+        DuckDBEngine(tmp_path / "bad.csv", domain)
+    assert mem.value.codes == ["E406", "E407", "E405", "E407"]
+    assert duck.value.diagnostics == mem.value.diagnostics
+    assert "'zz' (2 rows), 'Q' (1 row)" in mem.value.diagnostics[2].message
+
+
+def test_duckdb_file_errors(tmp_path: Path) -> None:
+    domain = bad_csv(tmp_path / "bad.csv")
+    (tmp_path / "ragged.csv").write_text("x,c\n1,a\n2,b,3,4\n")
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "header.csv").write_text("x,c\n")
+    (tmp_path / "noc.csv").write_text("x,C\n1,a\n")
+    for name, code in [
+        ("ragged.csv", "E409"),
+        ("empty.csv", "E403"),
+        ("header.csv", "E403"),
+        ("noc.csv", "E404"),
+        ("absent.csv", "E401"),
+    ]:
+        with pytest.raises(DiagnosticError) as err:
+            DuckDBEngine(tmp_path / name, domain)
+        assert err.value.codes == [code], name
+
+
+def test_duckdb_cleans_up_its_private_temp_dir(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("x,c\n1,a\n")
+    domain = Domain(
+        (NumericColumn("x", 0.0, 9.0, True, (0.0, 10.0)), CategoricalColumn("c", ("a",)))
+    )
+    engine = DuckDBEngine(path, domain)
+    where = engine._dir
+    assert os.path.isdir(where) and oct(os.stat(where).st_mode)[-3:] == "700"
+    engine.close()
+    assert not os.path.exists(where)
+
+
+def test_auto_picks_by_file_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("x,c\n1,a\n")
+    domain = Domain(
+        (NumericColumn("x", 0.0, 9.0, True, (0.0, 10.0)), CategoricalColumn("c", ("a",)))
+    )
+    assert isinstance(open_engine(path, domain), InMemoryEngine)
+    monkeypatch.setattr(engines, "AUTO_THRESHOLD_BYTES", 4)
+    engine = open_engine(path, domain)
+    assert isinstance(engine, DuckDBEngine)
+    engine.close()
+
+
+def test_spark_engine(tmp_path: Path, spark_session) -> None:
+    domain = Domain((CategoricalColumn("a", ("x", "y")),))
+    path = tmp_path / "t.csv"
+    path.write_text("a\nx\ny\ny\n")
+    engine = SparkEngine(path, domain, session=spark_session)
+    assert engine.sums([Marginal(("a",))])[0].tolist() == [1, 2]

@@ -1,0 +1,117 @@
+"""Reading data files (dpql.data.load): formats, fingerprints and file-level errors."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from adult_domain import adult_domain, adult_rows
+
+from dpql.codec import Fill
+from dpql.data.load import load_table, rules_from_spec
+from dpql.diagnostics import DiagnosticError
+from dpql.domain import CategoricalColumn, Domain, NumericColumn
+
+DOMAIN = Domain(
+    (
+        NumericColumn("x", 0.0, 10.0, True, (0.0, 5.0, 11.0)),
+        CategoricalColumn("c", ("a", "b")),
+    )
+)
+CSV = "x,c\n1,a\n7, b\n10,a\n"
+
+
+def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+def codes(path: Path, **kw: object) -> tuple[list[int], list[int]]:
+    t = load_table(path, DOMAIN, **kw).table  # type: ignore[arg-type]
+    return t.codes["x"].tolist(), t.codes["c"].tolist()
+
+
+def test_csv_gzip_and_parquet_give_the_same_table(tmp_path: Path) -> None:
+    plain = write(tmp_path, "d.csv", CSV)
+    zipped = write(tmp_path, "d.csv.gz", gzip.compress(CSV.encode()))
+    parquet = tmp_path / "d.parquet"
+    pd.DataFrame({"x": [1, 7, 10], "c": ["a", "b", "a"]}).to_parquet(parquet)
+    expected = ([0, 1, 1], [0, 1, 0])
+    assert codes(plain) == codes(zipped) == codes(parquet) == expected
+    assert codes(write(tmp_path, "d.data", CSV), fmt="csv") == expected
+    log = load_table(plain, DOMAIN).curator_log
+    assert log.sha256 == hashlib.sha256(CSV.encode()).hexdigest()
+    assert log.rows_read == 3 and log.source == str(plain)
+
+
+def test_csv_cells_are_never_type_guessed(tmp_path: Path) -> None:
+    dom = Domain((CategoricalColumn("c", ("NA", "null", "007")),))
+    t = load_table(write(tmp_path, "d.csv", "c\nNA\nnull\n007\n"), dom).table
+    assert t.codes["c"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "code"),
+    [
+        ("empty.csv", "", "E403"),
+        ("header.csv", "x,c\n", "E403"),
+        ("ragged.csv", "x,c\n1,a\n2,b,zzz\n", "E409"),
+        ("latin1.csv", "x,c\n1,\xe9\n".encode("latin-1"), "E409"),
+        ("bad.csv.gz", b"not gzip at all", "E409"),
+        ("bad.parquet", b"PAR1 nonsense", "E409"),
+        ("d.xlsx", CSV, "E402"),
+    ],
+)
+def test_file_level_errors(tmp_path: Path, name: str, content: str | bytes, code: str) -> None:
+    with pytest.raises(DiagnosticError) as err:
+        load_table(write(tmp_path, name, content), DOMAIN)
+    assert err.value.codes == [code]
+    assert err.value.diagnostics[0].pos is not None
+    assert err.value.diagnostics[0].pos.file.endswith(name)
+
+
+def test_unreadable_paths(tmp_path: Path) -> None:
+    for path in (tmp_path / "absent.csv", tmp_path):
+        with pytest.raises(DiagnosticError) as err:
+            load_table(path, DOMAIN, fmt="csv")
+        assert err.value.codes == ["E401"]
+
+
+def test_cell_errors_name_the_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "d.csv", "x,c\n1,a\n2,z\n")
+    with pytest.raises(DiagnosticError) as err:
+        load_table(path, DOMAIN)
+    pos = err.value.diagnostics[0].pos
+    assert (
+        err.value.codes == ["E405"] and pos is not None and (pos.file, pos.line) == (str(path), 3)
+    )
+
+
+def test_no_rows_left_after_dropping(tmp_path: Path) -> None:
+    path = write(tmp_path, "d.csv", "x,c\n,a\n,b\n")
+    with pytest.raises(DiagnosticError) as err:
+        load_table(path, DOMAIN, missing={"x": "drop"})
+    assert err.value.codes == ["E403"]
+
+
+def test_rules_from_spec() -> None:
+    cat = SimpleNamespace(missing="other", other="b", fill=None)
+    num = SimpleNamespace(missing="fill", fill=2.0)
+    plain = SimpleNamespace(missing=None, fill=None)
+    spec = SimpleNamespace(missing="drop", columns={"c": cat, "x": num, "y": plain})
+    missing, other = rules_from_spec(spec)  # type: ignore[arg-type]
+    assert missing == {"c": Fill("b"), "x": Fill(2.0), "y": "drop"}
+    assert other == {"c": "b"}
+
+
+def test_adult_train_loads_without_problems() -> None:
+    r = load_table("/work/shared/data/adult/adult_train.csv", adult_domain())
+    assert r.table.n == adult_rows() == r.curator_log.rows_kept
+    assert not (r.curator_log.missing or r.curator_log.undeclared or r.curator_log.clipped_low)
+    assert np.all(r.table.scaled["age"] <= 1.0)

@@ -1,0 +1,163 @@
+"""I-projection (dpql.synth.iproj): KKT conditions, hull projection, edge cases, measurement."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_iproj_support import DOMAIN, ExactOracle, make_table
+
+from dpql.diagnostics import DiagnosticError
+from dpql.domain import EncodedTable
+from dpql.plan.exact import answer, answer_all, per_row
+from dpql.plan.ir import (
+    CatIn,
+    CorrRequirement,
+    Count,
+    Halfspace,
+    Marginal,
+    ModelAccuracy,
+    Moment,
+    NumCmp,
+    Prefix,
+    Tolerance,
+)
+from dpql.plan.requirements import expand_requirements
+from dpql.synth import iproj
+
+REAL = make_table(6000, seed=1)
+SYN = make_table(3000, seed=2, shift=0.4)
+REQS = [
+    CorrRequirement(a, b, Tolerance(within=0.05))
+    for a, b in [("age", "hours"), ("age", "x"), ("hours", "x"), ("age", "sex"), ("x", "income")]
+]
+QUERIES = expand_requirements(REQS, DOMAIN).queries
+
+
+def test_per_row_means_equal_exact_answers() -> None:
+    qs = [
+        Marginal(("age", "job")),
+        Prefix(("age", "hours"), (0.5, 0.3), by="income"),
+        Prefix(("x",), (0.5,)),
+        Halfspace(("age", "x"), (0.3, -1.0), 0.1, by="sex"),
+        Count(NumCmp("hours", ">", 0.4)),
+        Moment(("age", "x"), CatIn("job", frozenset({1, 2}))),
+        ModelAccuracy("logistic", ("age", "job"), "income", ((0,) * 4, (2, 0, 1, -1)), (0, -1)),
+        ModelAccuracy("linear", ("x", "sex"), "hours", ((0.5, 0.1, 0.2),), (0.1,)),
+    ]
+    for q in qs:
+        v = per_row(q, SYN)
+        assert v.shape == (SYN.n, q.cells(DOMAIN))
+        np.testing.assert_allclose(v.mean(axis=0), answer(q, SYN), atol=1e-12)
+
+
+def _random_problem(seed: int, m: int = 400, k: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    F = rng.random((m, k)) ** 2
+    target = F.T @ rng.dirichlet(np.ones(m) * 0.5)  # reachable, away from uniform mean
+    return F, target
+
+
+@pytest.mark.parametrize("gamma", [1e-5, 5e-3])
+def test_dual_solution_satisfies_kkt(gamma: float) -> None:
+    F, target = _random_problem(0)
+    sol = iproj.solve_dual(F, target, gamma)
+    w = np.exp(-(F - target) @ sol.lam)
+    np.testing.assert_allclose(sol.weights, w / w.sum(), rtol=1e-9)  # w ∝ exp(F lambda)
+    r = sol.weights @ F - target
+    assert np.all(np.abs(r) <= gamma + 1e-8)  # primal feasibility
+    active = sol.lam != 0
+    np.testing.assert_allclose(r[active], gamma * np.sign(sol.lam[active]), atol=1e-8)
+    assert iproj.kkt_violation(F, target, gamma, sol) <= 1e-8
+    if gamma == 5e-3:  # a wide box leaves some constraints slack, with lambda exactly 0
+        assert (~active).any() and np.all(np.abs(r[~active]) <= gamma)
+
+
+def test_stochastic_solver_agrees_with_newton() -> None:
+    F, target = _random_problem(1, m=2048, k=5)
+    exact = iproj.solve_dual(F, target, 1e-5, method="newton")
+    sgd = iproj.solve_dual(F, target, 1e-5, method="stochastic", epochs=40, batch=256)
+    assert sgd.method == "stochastic"
+    assert np.abs(sgd.weights @ F - target).max() < 5e-3
+    assert np.abs(sgd.weights @ F - exact.weights @ F).max() < 5e-3
+
+
+def test_hull_projection_is_the_euclidean_projection() -> None:
+    F, _ = _random_problem(2, m=300, k=4)
+    a = F.max(axis=0) + 0.05  # outside the hull
+    h = iproj.project_to_hull(F, a)
+    # optimality of the projection x*: (a - x*) . (F_s - x*) <= 0 for every point of the hull
+    assert np.max((F - h.projection) @ (a - h.projection)) <= 1e-6
+    assert h.distance == pytest.approx(np.linalg.norm(a - h.projection))
+    assert h.distance > 0.05
+    inside = F.mean(axis=0) * 0.7 + F[0] * 0.3
+    assert iproj.project_to_hull(F, inside).distance < 1e-6
+
+
+def _measurement(target: np.ndarray, sigma: float = 1e-3) -> iproj.Measurement:
+    return iproj.Measurement(QUERIES, np.asarray(target, dtype=float), sigma, 1.0, REAL.n)
+
+
+def test_iproject_moves_synthetic_moments_to_the_target() -> None:
+    true = np.concatenate(answer_all(QUERIES, REAL))
+    res = iproj.iproject(SYN, _measurement(true), seed=3)
+    assert res.kkt_violation <= 1e-6 and not res.diagnostics
+    assert np.abs(res.reweighted - true).max() <= 1e-5 + 1e-8
+    assert np.abs(res.after - true).max() < 0.5 * np.abs(res.before - true).max()
+    assert res.table.n == SYN.n and 0 < res.ess <= SYN.n and res.kl > 0
+    js = res.to_json()
+    assert js["sampling_seed"] == 3 and len(js["lambda"]) == len(QUERIES)
+    again = iproj.iproject(SYN, _measurement(true), seed=3)
+    np.testing.assert_array_equal(again.table.codes["age"], res.table.codes["age"])
+
+
+def test_unreachable_target_is_projected_and_reported() -> None:
+    target = np.concatenate(answer_all(QUERIES, SYN))
+    i = QUERIES.index(Moment(("age",)))
+    target[i] = 1.5  # no reweighting gives E u_age = 1.5
+    res = iproj.iproject(SYN, _measurement(target))
+    assert res.projection_distance > 0.3
+    assert "W504" in [d.code for d in res.diagnostics]
+    assert res.kkt_violation <= 1e-6  # exact with respect to the denoised target
+    assert res.reweighted[i] < 1.0
+
+
+def test_one_distinct_row_and_nan_rows() -> None:
+    one = iproj.take(SYN, np.zeros(50, dtype=int))
+    res = iproj.iproject(one, _measurement(np.concatenate(answer_all(QUERIES, REAL))))
+    assert "W501" in [d.code for d in res.diagnostics]
+    np.testing.assert_array_equal(res.table.scaled["age"], one.scaled["age"])
+    assert np.all(res.lam == 0)
+
+    scaled = {**SYN.scaled, "x": SYN.scaled["x"].copy()}
+    scaled["x"][:10] = np.nan
+    bad = EncodedTable(DOMAIN, SYN.codes, scaled)
+    res = iproj.iproject(bad, _measurement(np.concatenate(answer_all(QUERIES, REAL))))
+    assert "W503" in [d.code for d in res.diagnostics]
+    assert np.all(res.weights[:10] == 0) and np.isfinite(res.table.scaled["x"]).all()
+
+    scaled["x"][:] = np.nan
+    with pytest.raises(DiagnosticError) as e:
+        iproj.iproject(
+            EncodedTable(DOMAIN, SYN.codes, scaled), _measurement(np.zeros(len(QUERIES)))
+        )
+    assert e.value.codes == ["E503"]
+
+
+def test_constant_measure_warns() -> None:
+    scaled = {**SYN.scaled, "x": np.full(SYN.n, 0.5)}
+    const = EncodedTable(DOMAIN, SYN.codes, scaled)
+    res = iproj.iproject(const, _measurement(np.concatenate(answer_all(QUERIES, REAL))))
+    assert "W502" in [d.code for d in res.diagnostics]
+
+
+def test_measure_is_one_gaussian_release_through_the_oracle() -> None:
+    oracle = ExactOracle(REAL, seed=5)
+    m = iproj.measure(QUERIES, oracle, 0.5, label="requirements")
+    (event,) = oracle.ledger.events
+    assert event.phase == "iproj.measure" and event.count == len(QUERIES)
+    assert event.l2_sensitivity == pytest.approx(math.sqrt(len(QUERIES)) / REAL.n)
+    assert m.sigma == pytest.approx(event.noise_scale)
+    true = np.concatenate(answer_all(QUERIES, REAL))
+    assert np.abs(m.noisy - true).max() < 5 * m.sigma

@@ -1,0 +1,162 @@
+"""Requirements -> measures (dpql.plan.requirements): expansion, values, delta-method errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_iproj_support import DOMAIN, make_table
+
+from dpql.diagnostics import DiagnosticError
+from dpql.domain import EncodedTable
+from dpql.plan.exact import answer_all
+from dpql.plan.ir import (
+    CatIn,
+    CorrRequirement,
+    Count,
+    CountRequirement,
+    MeanRequirement,
+    ModelRequirement,
+    Moment,
+    NumCmp,
+    Tolerance,
+    TruePred,
+)
+from dpql.plan.requirements import (
+    expand_requirements,
+    predicted_error,
+    requirement_value,
+    smallest_epsilon_for,
+    uniform_prior_probability,
+)
+
+TOL = Tolerance(within=0.05)
+TABLE = make_table(4000, seed=1)
+
+
+def exact_map(reqs: list, table: EncodedTable = TABLE) -> dict:
+    rm = expand_requirements(reqs, table.domain)
+    return rm.answer_map(np.concatenate(answer_all(rm.queries, table)))
+
+
+def test_corr_expands_to_five_moments_and_dedups() -> None:
+    rm = expand_requirements(
+        [CorrRequirement("age", "hours", TOL), CorrRequirement("age", "x", TOL)], DOMAIN
+    )
+    assert len(rm.index[0]) == 5 and len(rm.index[1]) == 5
+    assert len(rm.queries) == 8  # E age and E age^2 shared
+    assert Moment(("age", "hours")) in rm.queries and Moment(("age", "age")) in rm.queries
+    assert all(q.cells(DOMAIN) == 1 for q in rm.queries)
+
+
+def test_model_measures_are_first_and_second_moments_without_reference_levels() -> None:
+    req = ModelRequirement("logistic", "income", ("age", "sex", "job"), TOL)
+    rm = expand_requirements([req], DOMAIN)
+    # factors: age, sex=Male, job=b, job=c, income=>50K -> 5 first moments + 15 pairs,
+    # minus job=b*job=c (zero) and 3 indicator squares (duplicates of first moments)
+    assert len(rm.queries) == 5 + 15 - 1 - 4
+    assert Moment(("age",), CatIn("income", frozenset({1}))) in rm.queries
+    assert Count(CatIn("job", frozenset({0}))) not in rm.queries  # reference level
+    assert all(isinstance(q, Count | Moment) for q in rm.queries)
+    lin = ModelRequirement("linear", "hours", ("age", "x"), TOL)
+    assert len(expand_requirements([lin], DOMAIN).queries) == 3 + 6
+
+
+def test_values_match_direct_computation() -> None:
+    female_hours = MeanRequirement("hours", CatIn("sex", frozenset({0})), Tolerance(within=1.0))
+    reqs = [
+        CorrRequirement("age", "hours", TOL),
+        CorrRequirement("age", "sex", TOL),
+        female_hours,
+        MeanRequirement("age", TruePred(), TOL),
+        CountRequirement(NumCmp("age", ">", 0.5), TOL),
+    ]
+    m = exact_map(reqs)
+    age = 17 + 73 * TABLE.scaled["age"]
+    hours = 1 + 98 * TABLE.scaled["hours"]
+    sex = TABLE.codes["sex"]
+    assert requirement_value(reqs[0], m, DOMAIN) == pytest.approx(np.corrcoef(age, hours)[0, 1])
+    assert requirement_value(reqs[1], m, DOMAIN) == pytest.approx(np.corrcoef(age, sex)[0, 1])
+    assert requirement_value(reqs[2], m, DOMAIN) == pytest.approx(hours[sex == 0].mean())
+    assert requirement_value(reqs[3], m, DOMAIN) == pytest.approx(age.mean())
+    assert requirement_value(reqs[4], m, DOMAIN) == pytest.approx(
+        np.mean(TABLE.scaled["age"] > 0.5)
+    )
+
+
+def test_undefined_and_unsupported_are_clear_errors() -> None:
+    const = EncodedTable(DOMAIN, dict(TABLE.codes), {**TABLE.scaled, "x": np.full(TABLE.n, 0.25)})
+    req = CorrRequirement("age", "x", TOL, text="corr(age, x)")
+    with pytest.raises(DiagnosticError) as e:
+        requirement_value(req, exact_map([req], const), DOMAIN)
+    assert e.value.codes == ["E502"] and "corr(age, x)" in str(e.value)
+    for bad in (
+        CorrRequirement("age", "job", TOL),  # 3 categories
+        ModelRequirement("logistic", "hours", ("age",), TOL),  # numeric label
+        ModelRequirement("linear", "income", ("age",), TOL),  # categorical label
+        MeanRequirement("nope", TruePred(), TOL),
+    ):
+        with pytest.raises(DiagnosticError) as e:
+            expand_requirements([bad], DOMAIN)
+        assert e.value.codes == ["E501"]
+
+
+def test_uniform_prior_probability() -> None:
+    assert uniform_prior_probability(TruePred(), DOMAIN) == 1.0
+    assert uniform_prior_probability(CatIn("job", frozenset({0, 1})), DOMAIN) == pytest.approx(
+        2 / 3, abs=0.01
+    )
+    assert uniform_prior_probability(NumCmp("x", "<=", 0.25), DOMAIN) == pytest.approx(
+        0.25, abs=0.01
+    )
+
+
+def _uniform_table(n: int, seed: int) -> EncodedTable:
+    rng = np.random.default_rng(seed)
+    scaled = {c.name: rng.random(n) for c in DOMAIN.numeric}
+    codes = {c.name: c.bin_of(c.lo + scaled[c.name] * c.span) for c in DOMAIN.numeric}
+    codes.update({c.name: rng.integers(0, c.card, n).astype(np.int32) for c in DOMAIN.categorical})
+    return EncodedTable(DOMAIN, codes, scaled)
+
+
+@pytest.mark.parametrize(
+    "req",
+    [
+        CorrRequirement("age", "hours", TOL),
+        MeanRequirement("hours", CatIn("job", frozenset({2})), TOL),
+        CountRequirement(CatIn("job", frozenset({2})), TOL),
+    ],
+)
+def test_predicted_error_matches_monte_carlo_under_the_uniform_prior(req) -> None:
+    """Delta method vs the sd of the value over repeated Gaussian noise on exact answers of a
+    table drawn from the prior itself (mean: ratio 1 is the worst case, so it bounds from above)."""
+    table = _uniform_table(200_000, seed=3)
+    rm = expand_requirements([req], DOMAIN)
+    exact = np.concatenate(answer_all(rm.queries, table))
+    sigma = 2e-3
+    rng = np.random.default_rng(4)
+    vals = [
+        requirement_value(req, rm.answer_map(exact + rng.normal(0, sigma, exact.size)), DOMAIN)
+        for _ in range(2000)
+    ]
+    sd, pred = float(np.std(vals)), predicted_error(req, sigma, DOMAIN)
+    if isinstance(req, MeanRequirement):
+        assert sd <= pred <= 2.0 * sd
+    else:
+        assert pred == pytest.approx(sd, rel=0.1)
+
+
+def test_smallest_epsilon_for_bisects_the_planner_accounting() -> None:
+    req = CorrRequirement("age", "hours", TOL)
+
+    def sigma_of_eps(eps: float) -> float:
+        return 1e-3 / eps
+
+    eps = smallest_epsilon_for(req, 0.05, sigma_of_eps, DOMAIN)
+    assert 2 * predicted_error(req, sigma_of_eps(eps), DOMAIN) <= 0.05 + 1e-9
+    assert 2 * predicted_error(req, sigma_of_eps(eps * 0.99), DOMAIN) > 0.05
+    assert smallest_epsilon_for(req, 0.01, sigma_of_eps, DOMAIN) > eps
+    assert math.isinf(smallest_epsilon_for(req, 1e-12, sigma_of_eps, DOMAIN))
+    model = ModelRequirement("logistic", "income", ("age",), Tolerance(within=0.02))
+    assert math.isfinite(smallest_epsilon_for(model, 0.02, sigma_of_eps, DOMAIN))
