@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,15 @@ requirements:
 synthesizer: {method: rap, rows: 60}
 output: {path: out/synthetic.csv, provenance: out/synthetic.provenance.json}
 """
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """The test machine is shared: oversubscribed OpenMP makes gradient boosting crawl."""
+    pytest.importorskip("sklearn.ensemble")  # load the OpenMP runtime first, so it is limited
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    with threadpoolctl.threadpool_limits(1):
+        yield
 
 
 @pytest.fixture

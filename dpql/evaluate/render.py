@@ -13,7 +13,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,7 @@ import numpy as np
 from dpql.evaluate._deps import require
 from dpql.evaluate.metrics import Histogram
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport
-
-Progress = Callable[[str, int, int], None]
+from dpql.evaluate.workload import Progress
 
 REAL, SYNTH = "#1f77b4", "#ff7f0e"
 

@@ -7,7 +7,7 @@ holdout; the report is for the data custodian and is never part of a release.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -30,10 +30,15 @@ from dpql.evaluate.metrics import (
     histograms,
 )
 from dpql.evaluate.models import MODELS, RequirementCheck, Scores, check_requirement, tstr_encoded
-from dpql.evaluate.workload import ClassStats, QueryError, class_stats, query_errors, worst
+from dpql.evaluate.workload import (
+    ClassStats,
+    Progress,
+    QueryError,
+    class_stats,
+    query_errors,
+    worst,
+)
 from dpql.plan.ir import ModelRequirement, Query, Requirement
-
-Progress = Callable[[str, int, int], None]
 
 PRIVATE_WARNING = (
     "CONFIDENTIAL: this report is computed on the PRIVATE data (curator-side, not differentially "
@@ -215,33 +220,26 @@ def build_report(
             f"train-on-real models fit on the other {train.n} rows"
         )
 
+    tick = progress or (lambda step, done, total: None)
     errors = query_errors(queries, real, synthetic, progress)
     checks = []
     for i, r in enumerate(requirements):
         checks.append(check_requirement(r, real, synthetic))
-        if progress:
-            progress("requirements", i + 1, len(requirements))
+        tick("requirements", i + 1, len(requirements))
     tstr = []
     if label is not None:
         for i, m in enumerate(MODELS):
-            tstr.append(
-                TstrResult(
-                    m,
-                    tstr_encoded(train, test, label, m, seed),
-                    tstr_encoded(synthetic, test, label, m, seed),
-                )
-            )
-            if progress:
-                progress("train on synthetic, test on real", i + 1, len(MODELS))
-    if progress:
-        progress("dimension-wise prediction", 0, 1)
+            on_real = tstr_encoded(train, test, label, m, seed)
+            on_synthetic = tstr_encoded(synthetic, test, label, m, seed)
+            tstr.append(TstrResult(m, on_real, on_synthetic))
+            tick("train on synthetic, test on real", i + 1, len(MODELS))
+    tick("dimension-wise prediction", 0, 1)
     with warnings.catch_warnings():
         # the paper's Lasso(alpha=1) on raw units (e.g. fnlwgt) stops before converging; that
         # is the protocol being reproduced, not news for the curator
         warnings.simplefilter("ignore", require("sklearn.exceptions").ConvergenceWarning)
         dimension_wise = gan_metrics().dimension_wise_prediction(train, test, synthetic, seed)
-    if progress:
-        progress("dimension-wise prediction", 1, 1)
+    tick("dimension-wise prediction", 1, 1)
     report = EvaluationReport(
         rows={"real": real.n, "synthetic": synthetic.n, "test": test.n},
         label=label,

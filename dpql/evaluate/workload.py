@@ -36,7 +36,7 @@ from dpql.plan.ir import (
     query_columns,
 )
 
-Progress = Callable[[str, int, int], None]
+Progress = Callable[[str, int, int], None]  # progress(step, done, total)
 
 # queries answered per answer_all call: bounds the latency between progress reports
 _BATCH = 64

@@ -1,0 +1,82 @@
+"""`dpql compile` end to end on a small Adult subset; `dpql verify`; no partial outputs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpql.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "adult"
+
+
+@pytest.fixture()
+def small_release(tmp_path: Path) -> Path:
+    """The example spec on 3000 rows, a light workload and fast RAP options."""
+    df = pd.read_csv(EXAMPLE / "adult_train.csv.gz").head(3000)
+    df.to_csv(tmp_path / "train.csv", index=False)
+    text = (EXAMPLE / "adult.release.yaml").read_text()
+    text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 3000")
+    text = re.sub(r"workload:\n(  - .*\n)+", "workload:\n  - marginals(2) over [age, sex, income, race]\n  - count(age >= 65 and hours_per_week > 40)\n", text)
+    text = text.replace("  rows: 3000\n\npostprocess", "  rows: 3000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess")
+    path = tmp_path / "release.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys):
+    assert main(["compile", str(small_release), "--seed", "1", "--quiet"]) == 0
+    out = small_release.parent / "out"
+    table = out / "adult_synthetic.csv"
+    record_path = out / "adult_synthetic.provenance.json"
+    df = pd.read_csv(table)
+    assert len(df) == 3000 and list(df.columns)[0] == "age"
+    assert df["age"].between(17, 90).all() and set(df["sex"]) <= {"Female", "Male"}
+    record = json.loads(record_path.read_text())
+    assert record["privacy"]["spent"]["epsilon"] <= record["privacy"]["budget"]["epsilon"] + 1e-9
+    phases = {e["phase"] for e in record["privacy"]["events"]}
+    assert {"rap.measure", "rap.select", "iproj.measure", "accept"} <= phases
+    assert len(record["requirements"]) == 3
+    # nothing private in the public record: the true row count lives in the curator file only
+    assert (out / "adult_synthetic.provenance.curator.json").exists()
+    assert main(["verify", str(record_path), "--synthetic", str(table)]) == 0
+    table.write_text(table.read_text().replace("Male", "Female", 1))
+    assert main(["verify", str(record_path), "--synthetic", str(table)]) == 1
+    record["privacy"]["spent"]["epsilon"] = 0.5
+    record_path.write_text(json.dumps(record))
+    assert main(["verify", str(record_path)]) == 1
+
+
+def test_interrupted_compile_leaves_no_output(small_release: Path, monkeypatch):
+    import dpql.synth.rap as rap
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rap, "run_rap", boom)
+    assert main(["compile", str(small_release), "--quiet"]) == 130
+    out = small_release.parent / "out"
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_bad_data_is_a_clear_error(small_release: Path, capsys):
+    data = small_release.parent / "train.csv"
+    df = pd.read_csv(data)
+    df.loc[5, "race"] = "Martian"
+    df.to_csv(data, index=False)
+    assert main(["compile", str(small_release), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "Martian" in err and "race" in err and "Traceback" not in err
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    test_cmd = blocks[1].split("&&")[-1].strip()
+    assert test_cmd in ci
