@@ -185,7 +185,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     update, stop = _progress() if not args.quiet else (None, lambda: None)
     try:
-        result = compile_release(args.spec, seed=args.seed, progress=update)
+        result = compile_release(
+            args.spec, seed=args.seed, progress=update,
+            ledger_path=Path(args.ledger) if args.ledger else None,
+        )
     finally:
         stop()
     rec = result.record
@@ -281,6 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("spec")
     s.add_argument("--seed", type=int, help="fixes optimisation and row sampling (never DP noise)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
+    s.add_argument("--ledger", help="lifetime release ledger (JSONL) to append this release to")
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_compile)
 

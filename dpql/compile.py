@@ -105,11 +105,14 @@ def compile_release(
     progress: Progress | None = None,
     noise: NoiseSource | None = None,
     allow_reproducible_noise: bool = False,
+    ledger_path: Path | None = None,
 ) -> CompileResult:
     """Run a release end to end. ``seed`` fixes optimisation and row sampling, never DP noise.
 
     ``noise`` defaults to a fresh OS-entropy source; a test-only reproducible source is refused
     unless ``allow_reproducible_noise`` (tests only: such a release is not private).
+    A successful release is appended to the lifetime ledger (``ledger_path``, else the spec's
+    ``output.ledger``) that ``dpql check --policy`` enforces.
     """
     if noise is not None and getattr(noise, "reproducible", False) and not allow_reproducible_noise:
         raise InternalError("refusing to release with a reproducible (test-only) noise source")
@@ -201,5 +204,15 @@ def compile_release(
     )
     write_json(record, record_path)
     write_json(measurer.curator_summary().to_json(), record_path.with_suffix(".curator.json"))
+    ledger_file = ledger_path or (
+        spec.resolve(spec.model.output.ledger) if spec.model.output.ledger else None
+    )
+    if ledger_file is not None:
+        from dpql.check import append_release, release_record
+
+        spent = record["privacy"]["spent"]
+        append_release(
+            ledger_file, release_record(spec, spent["epsilon"], spent["delta"], spent["rho"])
+        )
     timings["write"] = time.perf_counter() - t
     return CompileResult(plan, out, record_path, record, timings)

@@ -30,12 +30,15 @@ def small_release(tmp_path: Path) -> Path:
 
 
 def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys):
-    assert main(["compile", str(small_release), "--seed", "1", "--quiet"]) == 0
+    ledger = small_release.parent / "ledger.jsonl"
+    args = ["compile", str(small_release), "--seed", "1", "--quiet", "--ledger", str(ledger)]
+    assert main(args) == 0
+    assert json.loads(ledger.read_text().splitlines()[-1])["epsilon"] <= 1.0 + 1e-9
     out = small_release.parent / "out"
     table = out / "adult_synthetic.csv"
     record_path = out / "adult_synthetic.provenance.json"
     df = pd.read_csv(table)
-    assert len(df) == 3000 and list(df.columns)[0] == "age"
+    assert len(df) == 3000 and df.columns[0] == "age"
     assert df["age"].between(17, 90).all() and set(df["sex"]) <= {"Female", "Male"}
     record = json.loads(record_path.read_text())
     assert record["privacy"]["spent"]["epsilon"] <= record["privacy"]["budget"]["epsilon"] + 1e-9

@@ -46,7 +46,9 @@ def test_clipping_bounds_every_per_example_norm_and_keeps_small_ones(problem):
     grads = dpsgd.per_example_gradients(_loss, params, rows, extras)
 
     def norms(g):
-        return np.sqrt(sum(np.sum(np.reshape(x, (x.shape[0], -1)) ** 2, axis=1) for x in g.values()))
+        return np.sqrt(
+            sum(np.sum(np.reshape(x, (x.shape[0], -1)) ** 2, axis=1) for x in g.values())
+        )
 
     before = norms(grads)
     clip = float(np.median(before))  # half the examples get clipped
@@ -99,7 +101,9 @@ def test_noise_added_to_the_summed_gradient_has_std_z_times_c(problem):
     source = NoiseSource.for_testing(3)
     noise = np.concatenate(
         [
-            np.concatenate([(expected * draw(source.jax_key())[k] - exact[k]).ravel() for k in params])
+            np.concatenate(
+                [(expected * draw(source.jax_key())[k] - exact[k]).ravel() for k in params]
+            )
             for _ in range(1000)
         ]
     )

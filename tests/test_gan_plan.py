@@ -1,0 +1,102 @@
+"""GAN options, planning and accounting: data-free, calibrated, paper epsilons reproduced."""
+
+from __future__ import annotations
+
+import ast
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import dpql.synth.gan as gan_package
+from dpql.diagnostics import DiagnosticError
+from dpql.privacy.accountant import (
+    DEFAULT_ORDERS,
+    dpsgd_epsilon,
+    dpsgd_rdp,
+    epsilon_from_events,
+    epsilon_from_rdp,
+)
+from dpql.synth.gan import GanOptions, plan_gan
+
+ADULT_ROWS = 32561
+
+
+def test_defaults_are_the_papers_adult_setting():
+    o = GanOptions()
+    assert (o.ae_batch_size, o.ae_steps, o.ae_clip_norm, o.ae_latent_dim) == (64, 10_000, 0.012, 15)
+    assert (o.critic_batch_size, o.critic_steps, o.critic_clip_norm) == (128, 15_000, 0.022)
+    assert (o.critic_steps_per_generator_step, o.generator_noise_dim) == (15, 64)
+
+
+def test_from_mapping_reads_values_and_reports_every_problem():
+    o = GanOptions.from_mapping({"ae_steps": 5, "noise_multipliers": [2.5, 7.5], "seed": 3})
+    assert (o.ae_steps, o.noise_multipliers, o.seed) == (5, (2.5, 7.5), 3)
+    with pytest.raises(DiagnosticError) as err:
+        GanOptions.from_mapping(
+            {"ae_step": 5, "critic_clip_norm": -1, "ae_batch_size": True, "critic_hidden": []}
+        )
+    codes = err.value.codes
+    assert codes.count("gan-unknown-option") == 1 and codes.count("gan-bad-option") == 3
+    unknown = next(d for d in err.value.diagnostics if d.code == "gan-unknown-option")
+    assert "ae_steps" in (unknown.hint or "")
+
+
+def _paper_epsilon(psi_ae: float, psi_critic: float) -> float:
+    orders = np.asarray(DEFAULT_ORDERS)
+    curve = dpsgd_rdp(64 / ADULT_ROWS, psi_ae, 10_000, orders, neighbouring="add_remove")
+    curve = curve + dpsgd_rdp(
+        128 / ADULT_ROWS, psi_critic, 15_000, orders, neighbouring="add_remove"
+    )
+    return epsilon_from_rdp(orders, curve, 1e-5, conversion="classic")[0]
+
+
+@pytest.mark.parametrize(
+    ("psi", "paper_epsilon"), [((5.0, 8.0), 0.3503), ((2.5, 7.5), 0.5084), ((1.5, 3.5), 1.0062)]
+)
+def test_papers_adult_epsilons_are_reproduced_from_its_noise(psi, paper_epsilon):
+    # Digest section 4.4: add/remove relation, classic RDP conversion, 15 000 critic steps.
+    assert _paper_epsilon(*psi) == pytest.approx(paper_epsilon, abs=2e-3)
+    # dpql's own (replace-one) epsilon for the same noise is larger, never smaller.
+    plan = plan_gan(
+        GanOptions(noise_multipliers=psi), ADULT_ROWS, SimpleNamespace(epsilon=9, delta=1e-5)
+    )
+    assert plan.epsilon > paper_epsilon
+
+
+def test_fixed_noise_above_the_budget_is_a_planning_error():
+    options = GanOptions(noise_multipliers=(1.5, 3.5))
+    with pytest.raises(DiagnosticError) as err:
+        plan_gan(options, ADULT_ROWS, SimpleNamespace(epsilon=1.0, delta=1e-5))
+    assert err.value.codes == ["gan-over-budget"]
+
+
+def test_calibrated_plan_spends_the_budget_and_its_epsilon_is_the_ledgers():
+    options = GanOptions(ae_steps=300, critic_steps=400)
+    budget = SimpleNamespace(epsilon=1.0, delta=1e-5)
+    plan = plan_gan(options, 5000, budget, {"autoencoder": 0.3, "generator": 0.7})
+    assert 0.99 * budget.epsilon <= plan.epsilon <= budget.epsilon
+    assert math.isclose(epsilon_from_events(plan.events(), 1e-5).epsilon, plan.epsilon)
+    ae, critic = plan.events()
+    assert (ae.phase, ae.mechanism, ae.steps, ae.sampling_rate) == (
+        "autoencoder",
+        "dpsgd",
+        300,
+        64 / 5000,
+    )
+    assert (critic.phase, critic.steps, critic.sampling_rate) == ("generator", 400, 128 / 5000)
+    assert (ae.l2_sensitivity, critic.l2_sensitivity) == (0.012, 0.022)
+    # The split fixes the autoencoder's stand-alone epsilon; the critic takes the rest.
+    alone = dpsgd_epsilon(ae.sampling_rate, ae.noise_multiplier, ae.steps, 1e-5)
+    assert alone == pytest.approx(0.3 * budget.epsilon, rel=1e-3)
+
+
+def test_gan_package_never_imports_the_data_layer():
+    for path in Path(gan_package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n == "dpql.data" or n.startswith("dpql.data.") for n in names), path
