@@ -165,9 +165,10 @@ def compile_release(
         )
         synth_info.update(gan_info)
     else:
-        from dpql.synth.iproj import load_external
+        from dpql.data.load import load_table
 
-        table = load_external(spec.resolve(model.path), spec.domain)
+        # an external synthetic table is public input checked against the schema, not private
+        table = load_table(spec.resolve(model.path), spec.domain).table
         ledger.append(
             PrivacyEvent.external(
                 "external",

@@ -155,8 +155,16 @@ def spark_session():
     session.stop()
 
 
+class DuckDBGroupBy(DuckDBEngine):
+    """DuckDB answering marginals with SQL GROUP BYs, the path the Spark engine takes."""
+
+    def _stream_marginals(self, *args: object) -> bool:
+        return False
+
+
 def engine_factories(request: pytest.FixtureRequest):
     yield "duckdb", lambda p, d, **kw: DuckDBEngine(p, d, memory_limit="256MB", threads=2, **kw)
+    yield "duckdb-groupby", lambda p, d, **kw: DuckDBGroupBy(p, d, **kw)
     if spark_available():
         session = request.getfixturevalue("spark_session")
         yield "spark", lambda p, d, **kw: SparkEngine(p, d, session=session, **kw)

@@ -93,7 +93,7 @@ class Dialect:
 
     def materialise(self, name: str, select: str) -> str:
         if self.name == "duckdb":
-            return f"CREATE OR REPLACE TABLE {name} AS {select}"
+            return f"CREATE OR REPLACE TEMP TABLE {name} AS {select}"
         return f"CACHE TABLE {name} AS {select}"
 
     def drop(self, name: str) -> str:

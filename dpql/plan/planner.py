@@ -237,7 +237,10 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         rap_options = RapOptions.from_mapping(
             model.synthesizer.options.model_dump(exclude_none=True)
         )
-        rap = plan_rap(resolved.queries, synth_rho, rap_options)
+        split = model.privacy.split or {}
+        sel = Fraction(split.get("selection", 1)).limit_denominator(10**6)
+        meas = Fraction(split.get("measurement", 1)).limit_denominator(10**6)
+        rap = plan_rap(resolved.queries, synth_rho, rap_options, sel / (sel + meas))
         lines.extend(_rap_lines(rap, n))
     elif model.synthesizer.method == "gan":
         from dpql.synth.gan import plan_gan_for_release

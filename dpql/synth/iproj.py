@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import jax
@@ -480,15 +479,6 @@ def iproject(
 
 # ---------------------------------------------------------------------------------------------
 # 5. External synthesizer: a table made elsewhere, post-processed here
-
-
-def load_external(path: str | Path, domain: Domain, **encode_options: Any) -> EncodedTable:
-    """Read an externally generated synthetic table (CSV / Parquet) and check it against the
-    schema (``dpql.data.load.load_table`` -> ``dpql.codec.encode_frame``; E4xx diagnostics).
-    The caller records the table's declared budget (see :func:`external_table`)."""
-    from dpql.data.load import load_table
-
-    return load_table(path, domain, **encode_options).table
 
 
 def external_table(

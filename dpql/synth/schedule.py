@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
-from dpql.privacy.budget import divide_rho, split_rho
+from dpql.privacy.budget import split_rho
 
 Progress = Callable[[str, int, int], None]
 
@@ -111,7 +111,12 @@ def marginal_candidates(workload: Sequence[Marginal]) -> tuple[Marginal, ...]:
     return tuple(Marginal(c) for c in seen if len(c) >= 2)
 
 
-def plan_rap(queries: Sequence[Query], rho: float, options: RapOptions) -> RapSchedule:
+def plan_rap(
+    queries: Sequence[Query],
+    rho: float,
+    options: RapOptions,
+    select_share: Fraction = Fraction(1, 2),
+) -> RapSchedule:
     """Split ``rho`` over the init round and the interleaved adaptive rounds.
 
     Pure and data-independent. Shares that a workload cannot use (no threshold queries, say)
@@ -146,13 +151,24 @@ def plan_rap(queries: Sequence[Query], rho: float, options: RapOptions) -> RapSc
     rounds: list[RapRound] = []
     if init:
         rounds.append(RapRound("init", len(init), 0.0, parts["init"]))
-    m_half = divide_rho(parts["marginal"], 2 * n_marg_rounds) if n_marg_rounds else 0.0
-    t_half = divide_rho(parts["threshold"], 2 * n_thr_rounds) if n_thr_rounds else 0.0
+
+    # Each adaptive round: ``select_share`` of its rho to selection, the rest to measurement
+    # (rap_pp.md §4.2 uses one half each; ``privacy.split`` in the spec can change it).
+    def halves(part: float, n_rounds: int) -> tuple[float, float]:
+        if not n_rounds:
+            return 0.0, 0.0
+        each = split_rho(
+            part, {"select": select_share / n_rounds, "measure": (1 - select_share) / n_rounds}
+        )
+        return each["select"], each["measure"]
+
+    m_sel, m_meas = halves(parts.get("marginal", 0.0), n_marg_rounds)
+    t_sel, t_meas = halves(parts.get("threshold", 0.0), n_thr_rounds)
     m_rounds = [
-        RapRound("marginal", min(options.queries_per_round, len(cands)), m_half, m_half)
+        RapRound("marginal", min(options.queries_per_round, len(cands)), m_sel, m_meas)
     ] * n_marg_rounds
     t_rounds = [
-        RapRound("threshold", min(options.thresholds_per_round, len(thr)), t_half, t_half)
+        RapRound("threshold", min(options.thresholds_per_round, len(thr)), t_sel, t_meas)
     ] * n_thr_rounds
     # Interleave the two classes evenly (the code interleaves randomly, pitfall 16).
     order = sorted(
