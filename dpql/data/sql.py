@@ -1,19 +1,21 @@
 """SQL text for the out-of-core engines: the codec's cell semantics and the query IR as SQL.
 
 Pure string building, shared by DuckDB and Spark (the two dialects differ only in quoting,
-trimming, regular expressions, row numbering and materialisation). The encoding runs in three
-relations over the raw ``source``:
+trimming, regular expressions, lookups, integer division, row numbering and materialisation).
+Relations, all derived from the raw ``source``:
 
-* ``parsed`` (a view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL =
-  missing) and ``v{i}`` its value (categorical code or DOUBLE; NULL when missing or invalid);
-  only the error path reads it again, to find example values and row numbers;
-* ``staged`` (materialised, the one scan of the source): ``m{i}`` missing flag and ``v{i}``;
-* one aggregate over ``staged`` (:func:`stats_sql`) counting missing/invalid/clipped cells and
-  kept rows, which the engines turn into the codec's diagnostics and :class:`CuratorLog`;
-* ``enc`` (materialised from ``staged``, which is then dropped): per column ``c{i}`` the
-  public code and, for numeric columns, ``u{i}`` the value clipped and scaled to [0, 1] with
-  the same IEEE operations as :mod:`dpql.codec`, so every engine gives bit-identical codes and
-  scaled values.
+* ``parsed`` (view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL = missing)
+  and ``v{i}`` its value (categorical code or DOUBLE; NULL when missing or invalid);
+* ``staged`` (view): ``m{i}`` missing flag and ``v{i}``;
+* ``coded`` (view): per row the public codes ``c{i}``, for numeric columns the value clipped and
+  scaled to [0, 1] ``u{i}`` (the same IEEE operations as :mod:`dpql.codec`, so every engine
+  gives bit-identical codes and scaled values), the cell states ``st{g}`` and ``keep``;
+* ``cube`` (materialised in the single scan of the source): distinct rows of ``coded`` without
+  ``u`` and their counts ``w``. Validation counts (:func:`stats_sql`, turned into the codec's
+  diagnostics and :class:`CuratorLog` by the engines) and marginals are sums over it;
+* ``enc`` (materialised on the first non-marginal query): ``c{i}``, ``u{i}`` of kept rows.
+
+Only the error path reads ``parsed`` again, to find example values and row numbers.
 
 Float literals are written as ``CAST('<repr>' AS DOUBLE)``: decimal literals would be DECIMAL in
 DuckDB, and a string cast parses to the correctly rounded double in both dialects.
@@ -165,8 +167,7 @@ def parsed_sql(
 
 
 def staged_sql(domain: Domain) -> str:
-    """``SELECT m{i}, v{i} FROM parsed``: the missing flag and value of every cell, materialised
-    once so the source (and its string lookups) is scanned a single time."""
+    """``SELECT m{i}, v{i} FROM parsed``: the missing flag and the value of every cell."""
     items = ", ".join(f"(r{i} IS NULL) AS m{i}, v{i}" for i in range(len(domain)))
     return f"SELECT {items} FROM parsed"
 
@@ -184,58 +185,49 @@ def _effective(
     return f"v{i}"
 
 
-def _keep(domain: Domain, missing: Mapping[str, MissingPolicy]) -> str:
+# Each cell's state is one base-5 digit (ok, missing, invalid, below lo, above hi) of a BIGINT
+# ``st{g}`` holding :data:`STATE_DIGITS` columns, so the cube's key stays narrow.
+STATE_DIGITS = 27  # 5**27 < 2**63
+
+
+def _state(i: int, col: NumericColumn | CategoricalColumn) -> str:
+    arms = f"WHEN m{i} THEN 1 WHEN v{i} IS NULL THEN 2"
+    if isinstance(col, NumericColumn):
+        arms += f" WHEN v{i} < {double(col.lo)} THEN 3 WHEN v{i} > {double(col.hi)} THEN 4"
+    return f"CASE {arms} ELSE 0 END"
+
+
+def _state_groups(domain: Domain) -> range:
+    return range(0, len(domain), STATE_DIGITS)
+
+
+def state_digit(i: int, d: Dialect) -> str:
+    """The state of column ``i`` from the ``st`` columns (``div``: integer division)."""
+    div = "//" if d.name == "duckdb" else "div"
+    return f"((st{i // STATE_DIGITS} {div} {5 ** (i % STATE_DIGITS)}) % 5)"
+
+
+def coded_sql(
+    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
+) -> str:
+    """``SELECT c{i}[, u{i}], st{g}, keep FROM staged``: every row's public codes and scaled
+    values computed as the codec does, its cell states and whether it is kept (not dropped)."""
+    effective = [
+        f"{_effective(i, c, missing.get(c.name, 'error'), other.get(c.name))} AS e{i}"
+        for i, c in enumerate(domain)
+    ]
+    states = [
+        " + ".join(
+            f"CAST({_state(i, domain.columns[i])} AS BIGINT) * {5 ** (i - g)}"
+            for i in range(g, min(g + STATE_DIGITS, len(domain)))
+        )
+        + f" AS st{g // STATE_DIGITS}"
+        for g in _state_groups(domain)
+    ]
     dropped = [f"NOT m{i}" for i, c in enumerate(domain) if missing.get(c.name) == "drop"]
-    return " AND ".join(dropped) or "TRUE"
-
-
-def _count(cond: str) -> str:
-    return f"COALESCE(SUM(CASE WHEN {cond} THEN 1 ELSE 0 END), 0)"
-
-
-STATS_PER_COLUMN = 4  # missing, invalid, below, above
-
-
-def stats_sql(
-    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
-) -> str:
-    """One row: rows read, rows kept, then per column missing/invalid/below/above counts
-    (clip counts over kept rows, after fills). Runs over ``staged``."""
-    keep = _keep(domain, missing)
-    items = ["COUNT(*)", _count(keep)]
+    flags = [f"st{g}" for g in range(len(states))] + ["keep"]
+    clipped, items = [], []
     for i, col in enumerate(domain):
-        items += [_count(f"m{i}"), _count(f"NOT m{i} AND v{i} IS NULL")]
-        if isinstance(col, NumericColumn):
-            e = _effective(i, col, missing.get(col.name, "error"), None)
-            items += [
-                _count(f"{keep} AND {e} < {double(col.lo)}"),
-                _count(f"{keep} AND {e} > {double(col.hi)}"),
-            ]
-        else:
-            items += ["0", "0"]
-    return f"SELECT {', '.join(items)} FROM staged"
-
-
-def problem_rows_sql(i: int, kind: Literal["missing", "invalid"], d: Dialect) -> str:
-    """Offending cells of column ``i``: ``(value, rows, first_row, distinct values)``, the most
-    frequent first; runs over ``parsed``."""
-    cond = f"r{i} IS NULL" if kind == "missing" else f"r{i} IS NOT NULL AND v{i} IS NULL"
-    text = f"CAST(r{i} AS {d.text_type})"
-    numbered = f"SELECT {d.row_number} AS rn, {text} AS t, {cond} AS bad FROM parsed"
-    return (
-        f"SELECT t, COUNT(*) AS n, MIN(rn) AS first, COUNT(*) OVER () AS distinct_values "
-        f"FROM ({numbered}) AS numbered WHERE bad GROUP BY t ORDER BY n DESC, first LIMIT 10"
-    )
-
-
-def encoded_sql(
-    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
-) -> str:
-    """``SELECT c{i}[, u{i}] FROM staged WHERE keep``: codes and scaled values, as the codec."""
-    effective, clipped, items = [], [], []
-    for i, col in enumerate(domain):
-        policy = missing.get(col.name, "error")
-        effective.append(f"{_effective(i, col, policy, other.get(col.name))} AS e{i}")
         if isinstance(col, CategoricalColumn):
             clipped.append(f"e{i}")
             items.append(f"CAST(e{i} AS INTEGER) AS c{i}")
@@ -247,9 +239,60 @@ def encoded_sql(
         )
         items.append(f"CAST(CASE {arms} ELSE 0 END AS INTEGER) AS c{i}" if arms else f"0 AS c{i}")
         items.append(f"(x{i} - {double(col.lo)}) / {double(col.span)} AS u{i}")
+    first = ", ".join([*effective, *states, f"({' AND '.join(dropped) or 'TRUE'}) AS keep"])
     return (
-        f"SELECT {', '.join(items)} FROM (SELECT {', '.join(clipped)} FROM "
-        f"(SELECT {', '.join(effective)} FROM staged WHERE {_keep(domain, missing)}) AS eff) AS cl"
+        f"SELECT {', '.join(items + flags)} FROM (SELECT {', '.join(clipped + flags)} FROM "
+        f"(SELECT {first} FROM staged) AS eff) AS cl"
+    )
+
+
+def cube_sql(domain: Domain) -> str:
+    """The distinct (codes, states, keep) tuples of ``coded`` with their multiplicity ``w``.
+    Validation counts and every marginal are sums over it, and real tables repeat tuples a lot,
+    so it is built in the one scan of the source and marginals read far fewer rows."""
+    key = ", ".join(
+        [f"c{i}" for i in range(len(domain))]
+        + [f"st{g}" for g in range(len(_state_groups(domain)))]
+        + ["keep"]
+    )
+    return f"SELECT {key}, COUNT(*) AS w FROM coded GROUP BY {key}"
+
+
+def encoded_sql(domain: Domain) -> str:
+    """``SELECT c{i}[, u{i}] FROM coded WHERE keep``: the kept rows, for non-marginal queries."""
+    items = [
+        f"c{i}, u{i}" if isinstance(c, NumericColumn) else f"c{i}" for i, c in enumerate(domain)
+    ]
+    return f"SELECT {', '.join(items)} FROM coded WHERE keep"
+
+
+def _wsum(cond: str) -> str:
+    return f"COALESCE(SUM(CASE WHEN {cond} THEN w ELSE 0 END), 0)"
+
+
+STATS_PER_COLUMN = 4  # missing, invalid, below, above
+
+
+def stats_sql(domain: Domain, d: Dialect) -> str:
+    """One row over ``cube``: rows read, rows kept, then per column the missing, invalid, below
+    and above counts (as the codec: clip counts over kept rows only)."""
+    items = ["COALESCE(SUM(w), 0)", _wsum("keep")]
+    for i in range(len(domain)):
+        digit = state_digit(i, d)
+        items += [_wsum(f"{digit} = 1"), _wsum(f"{digit} = 2")]
+        items += [_wsum(f"keep AND {digit} = 3"), _wsum(f"keep AND {digit} = 4")]
+    return f"SELECT {', '.join(items)} FROM cube"
+
+
+def problem_rows_sql(i: int, kind: Literal["missing", "invalid"], d: Dialect) -> str:
+    """Offending cells of column ``i``: ``(value, rows, first_row, distinct values)``, the most
+    frequent first; runs over ``parsed`` (a second scan of the source, on the error path)."""
+    cond = f"r{i} IS NULL" if kind == "missing" else f"r{i} IS NOT NULL AND v{i} IS NULL"
+    text = f"CAST(r{i} AS {d.text_type})"
+    numbered = f"SELECT {d.row_number} AS rn, {text} AS t, {cond} AS bad FROM parsed"
+    return (
+        f"SELECT t, COUNT(*) AS n, MIN(rn) AS first, COUNT(*) OVER () AS distinct_values "
+        f"FROM ({numbered}) AS numbered WHERE bad GROUP BY t ORDER BY n DESC, first LIMIT 10"
     )
 
 
@@ -296,23 +339,17 @@ class AggregateSQL:
     sql: str
 
 
-def cube_sql(domain: Domain) -> str:
-    """The distinct code tuples of ``enc`` with their multiplicity ``w``. Every marginal is a
-    sum over it, and real tables repeat tuples a lot, so marginals scan far fewer rows."""
-    codes = ", ".join(f"c{i}" for i in range(len(domain)))
-    return f"SELECT {codes}, COUNT(*) AS w FROM enc GROUP BY {codes}"
-
-
-def marginal_sql(index: int, q: Marginal, domain: Domain, cube: bool = False) -> MarginalSQL:
-    """One GROUP BY on the row-major cell index, over ``enc`` or (``cube``) over ``cube``."""
-    source, count = ("cube", "SUM(w)") if cube else ("enc", "COUNT(*)")
+def marginal_sql(index: int, q: Marginal, domain: Domain) -> MarginalSQL:
+    """One GROUP BY on the row-major cell index over the kept tuples of ``cube``."""
     if not q.columns:
-        return MarginalSQL(index, 1, f"SELECT 0, {count} FROM {source}")
+        return MarginalSQL(index, 1, "SELECT 0, SUM(w) FROM cube WHERE keep")
     key, stride = [], 1
     for name in reversed(q.columns):
         key.append(f"CAST(c{domain.names.index(name)} AS BIGINT) * {stride}")
         stride *= domain.card(name)
-    return MarginalSQL(index, stride, f"SELECT {' + '.join(key)}, {count} FROM {source} GROUP BY 1")
+    return MarginalSQL(
+        index, stride, f"SELECT {' + '.join(key)}, SUM(w) FROM cube WHERE keep GROUP BY 1"
+    )
 
 
 def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
@@ -340,16 +377,14 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     raise TypeError(f"not a query: {q!r}")
 
 
-def query_sql(
-    queries: Sequence[Query], domain: Domain, cube: bool = False
-) -> list[MarginalSQL | AggregateSQL]:
+def query_sql(queries: Sequence[Query], domain: Domain) -> list[MarginalSQL | AggregateSQL]:
     """Statements answering ``queries`` (exact sums): one GROUP BY per marginal, the others
     batched per ``by`` column, at most :data:`AGGREGATES_PER_SELECT` sums per statement."""
     out: list[MarginalSQL | AggregateSQL] = []
     groups: dict[str | None, list[tuple[int, str]]] = {}
     for i, q in enumerate(queries):
         if isinstance(q, Marginal):
-            out.append(marginal_sql(i, q, domain, cube))
+            out.append(marginal_sql(i, q, domain))
         else:
             expr, by = _sum_sql(q, domain)
             groups.setdefault(by, []).append((i, expr))
