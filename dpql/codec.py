@@ -182,8 +182,8 @@ def column_diagnostics(
         out.append(
             Diagnostic(
                 "E406",
-                f"column '{col.name}' is numeric but {_rows(issues.invalid)} hold something that "
-                f"is not a finite number, e.g. {value!r} at row {row}",
+                f"column '{col.name}' is numeric but has {_rows(issues.invalid)} whose value is "
+                f"not a finite number, e.g. {value!r} at row {row}",
                 pos(row),
                 "fix the data; write a missing value as an empty cell",
             )

@@ -22,8 +22,15 @@ def small_release(tmp_path: Path) -> Path:
     df.to_csv(tmp_path / "train.csv", index=False)
     text = (EXAMPLE / "adult.release.yaml").read_text()
     text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 3000")
-    text = re.sub(r"workload:\n(  - .*\n)+", "workload:\n  - marginals(2) over [age, sex, income, race]\n  - count(age >= 65 and hours_per_week > 40)\n", text)
-    text = text.replace("  rows: 3000\n\npostprocess", "  rows: 3000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess")
+    text = re.sub(
+        r"workload:\n(  - .*\n)+",
+        "workload:\n  - marginals(2) over [age, sex, income, race]\n  - count(age >= 65 and hours_per_week > 40)\n",
+        text,
+    )
+    text = text.replace(
+        "  rows: 3000\n\npostprocess",
+        "  rows: 3000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess",
+    )
     path = tmp_path / "release.yaml"
     path.write_text(text)
     return path

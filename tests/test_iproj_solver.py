@@ -161,3 +161,18 @@ def test_measure_is_one_gaussian_release_through_the_oracle() -> None:
     assert m.sigma == pytest.approx(event.noise_scale)
     true = np.concatenate(answer_all(QUERIES, REAL))
     assert np.abs(m.noisy - true).max() < 5 * m.sigma
+
+
+def test_external_table_is_schema_checked_and_charged() -> None:
+    from dpql.codec import decode
+    from dpql.privacy.ledger import Ledger
+
+    frame = decode(SYN)
+    ledger = Ledger()
+    t = iproj.external_table(frame, DOMAIN, epsilon=1.0, delta=1e-6, ledger=ledger)
+    np.testing.assert_array_equal(t.codes["job"], SYN.codes["job"])
+    (event,) = ledger.events
+    assert event.mechanism == "external" and event.epsilon == 1.0 and event.delta == 1e-6
+    np.testing.assert_allclose(t.scaled["age"], SYN.scaled["age"])
+    with pytest.raises(DiagnosticError):  # a column missing from the schema's table
+        iproj.external_table(frame.drop(columns=["age"]), DOMAIN, epsilon=1, delta=0, ledger=ledger)

@@ -57,7 +57,11 @@ class PeerResult:
 
 
 def _counts(data: Dataset, clique: Sequence[str]) -> np.ndarray:
-    return np.asarray(data.project(tuple(clique)).datavector(), dtype=np.float64)
+    """The true count vector of ``clique`` (= ``data.project(clique).datavector()``, in numpy)."""
+    clique = tuple(clique)
+    shape = data.domain.project(clique).shape
+    idx = np.ravel_multi_index(tuple(np.asarray(data.data[a]) for a in clique), shape)
+    return np.bincount(idx, minlength=math.prod(shape)).astype(np.float64)
 
 
 def _estimate(domain: Domain, measurements, n: int, iters: int, warm_start=None):
@@ -233,6 +237,7 @@ def aim(
     noise: NoiseSource,
     *,
     rounds: int | None = None,
+    max_rounds: int | None = None,
     max_model_size: float = 80.0,
     iters: int = 1000,
     final_iters: int | None = None,
@@ -242,7 +247,9 @@ def aim(
 
     ``rounds`` is AIM's own parameter T (default 16 d): it sets the initial per-round budget
     (sigma = sqrt(T / (2 * 0.9 rho)) in unit-sensitivity terms, EM eps = sqrt(8 * 0.1 rho / T)),
-    so a smaller T means fewer, less noisy rounds.
+    so a smaller T means fewer, less noisy rounds. ``max_rounds`` (not in the reference) caps
+    the number of adaptive rounds for wall time: round ``max_rounds`` is made the last one by
+    AIM's own last-round rule (it spends whatever budget is left).
     """
     ledger = Ledger()
     attrs = list(data.domain.attributes)
@@ -268,7 +275,7 @@ def aim(
     while not terminate:
         t0 = time.perf_counter()
         t_round += 1
-        if rho - rho_used < 2 * (0.5 / su**2 + eps**2 / 8):
+        if rho - rho_used < 2 * (0.5 / su**2 + eps**2 / 8) or t_round == max_rounds:
             remaining = rho - rho_used  # spend what is left in one last round
             su = math.sqrt(1 / (2 * 0.9 * remaining))
             eps = math.sqrt(8 * 0.1 * remaining)
@@ -313,7 +320,7 @@ def aim(
         model = _estimate(data.domain, measurements, n, final_iters, warm_start=model)
     synth = model.synthetic_data(rows=n)
     return PeerResult(
-        synth, ledger, {"rounds_param": T, "rounds_run": t_round,
+        synth, ledger, {"rounds_param": T, "max_rounds": max_rounds, "rounds_run": t_round,
                         "selected": [list(c) for c in picked],
                         "max_model_size": max_model_size, "iters": iters,
                         "final_iters": final_iters or iters},

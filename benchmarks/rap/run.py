@@ -188,7 +188,7 @@ def worker_peer(method: str, eps: float, workdir: Path, seed: int, a) -> dict[st
     else:
         workload = [q.columns for q in plan.queries]
         res = peers.aim(
-            data, workload, budget, N, noise, rounds=a.aim_rounds,
+            data, workload, budget, N, noise, rounds=a.aim_rounds, max_rounds=a.aim_max_rounds,
             max_model_size=a.aim_max_model_size, iters=a.aim_iters,
             final_iters=a.aim_final_iters, log=log,
         )  # fmt: skip
@@ -238,6 +238,7 @@ def spawn(method: str, eps: float, workdir: Path, a) -> dict[str, Any]:
         sys.executable, str(Path(__file__).resolve()), "--worker", method, "--eps", str(eps),
         "--workdir", str(workdir), "--worker-out", str(out), "--seed", str(a.seed),
         "--mst-iters", str(a.mst_iters), "--aim-rounds", str(a.aim_rounds),
+        "--aim-max-rounds", str(a.aim_max_rounds),
         "--aim-max-model-size", str(a.aim_max_model_size), "--aim-iters", str(a.aim_iters),
         "--aim-final-iters", str(a.aim_final_iters),
     ]  # fmt: skip
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workdir", default=None, help="specs and synthetic CSVs (default: temp)")
     p.add_argument("--mst-iters", type=int, default=5000)
     p.add_argument("--aim-rounds", type=int, default=0, help="AIM's T (0: 16 d = 240)")
+    p.add_argument("--aim-max-rounds", type=int, default=0, help="cap on AIM rounds (0: none)")
     p.add_argument("--aim-max-model-size", type=float, default=80.0)
     p.add_argument("--aim-iters", type=int, default=1000)
     p.add_argument("--aim-final-iters", type=int, default=0)
@@ -346,6 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.worker:
         a.aim_rounds = a.aim_rounds or None
         a.aim_final_iters = a.aim_final_iters or None
+        a.aim_max_rounds = a.aim_max_rounds or None
         run_worker(a)
         return
     workdir = Path(a.workdir or tempfile.mkdtemp(prefix="rapbench-"))

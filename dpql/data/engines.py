@@ -7,16 +7,16 @@ the differential test checks that all of them agree to 1e-12 on the same file.
 * :class:`InMemoryEngine`: the table encoded by :mod:`dpql.codec` in numpy, answered by
   :mod:`dpql.plan.exact` in row chunks (memory for intermediates bounded by the chunk).
 * :class:`DuckDBEngine`: the file scanned out of core by DuckDB; the codec's cell rules run in
-  SQL (:mod:`dpql.data.sql`) and the codes are materialised once in a temporary table (spilled
-  to a private temporary directory, deleted on :meth:`close`, once ``memory_limit`` is reached,
-  so memory is bounded whatever the number of rows). Marginals are counted from the distinct
-  code tuples with their multiplicities (the "cube", when it is at most half the rows), streamed
-  to numpy in batches; the other queries are ``SUM(CASE ...)`` aggregates batched many per
-  SELECT.
+  SQL (:mod:`dpql.data.sql`). One scan of the source builds the "cube": the distinct tuples of
+  codes and cell states with their multiplicities; validation counts and all marginals are sums
+  over it (marginals streamed to numpy in batches). The scaled numeric values are materialised
+  only when a non-marginal query comes, answered by ``SUM(CASE ...)`` aggregates batched many per
+  SELECT. Tables are temporary: past ``memory_limit`` they spill to a private temporary
+  directory that :meth:`close` deletes, so memory is bounded whatever the number of rows.
 * :class:`SparkEngine`: the same SQL on a pyspark session (needs Java and pyspark).
 
 :func:`open_engine` picks one; ``"auto"`` uses the in-memory engine below
-:data:`AUTO_THRESHOLD_BYTES` of file size and DuckDB above.
+:data:`AUTO_THRESHOLD_BYTES` of file size (200 MiB of CSV, 25 MiB of Parquet) and DuckDB above.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -57,7 +58,9 @@ from dpql.plan.exact import sums_all
 from dpql.plan.ir import Marginal, Query
 
 EngineName = Literal["auto", "memory", "duckdb", "spark"]
-AUTO_THRESHOLD_BYTES = 200 * 2**20
+# File sizes from which ``auto`` uses DuckDB: about 2 million Adult-like rows either way
+# (Parquet is ~8x smaller than CSV; 10M such rows are 150 MiB of Parquet).
+AUTO_THRESHOLD_BYTES: dict[str, int] = {"csv": 200 * 2**20, "parquet": 25 * 2**20}
 STREAM_ROWS = 1 << 20  # rows per Arrow batch when DuckDB streams codes to numpy
 
 
@@ -140,7 +143,8 @@ class _SQLEngine:
         missing: Mapping[str, MissingPolicy],
         other: Mapping[str, str],
     ) -> None:
-        """Validate as the codec does, then materialise ``enc``; sets the curator log."""
+        """Build the cube in one scan of ``source``, validate as the codec does from its counts
+        (E403-E408, the same diagnostics), and set the curator log."""
         self._domain = domain
         check_policies(domain, missing, other)
         raw = {name.strip(WHITESPACE): (name, sql.storage_of(t)) for name, t in self._columns()}
@@ -294,6 +298,8 @@ class DuckDBEngine(_SQLEngine):
         check_readable(path)
         self._threads = threads or os.cpu_count() or 1
         self._dir = tempfile.mkdtemp(prefix="dpql-duckdb-")  # 0700: it holds private codes
+        # removed at close(), or when the engine is garbage-collected without one
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, ignore_errors=True)
         # In-memory database: temporary tables spill to temp_directory past memory_limit, which
         # measured ~40% faster than writing a database file.
         self._con = duckdb.connect()
@@ -330,12 +336,19 @@ class DuckDBEngine(_SQLEngine):
             step()
         except DiagnosticError:
             raise
-        except duckdb.Error as e:
+        except (duckdb.InvalidInputException, duckdb.IOException, duckdb.ConversionException) as e:
             raise error(
                 "E409",
                 f"cannot read '{path}': {str(e).splitlines()[0]}",
                 path,
                 "check that the file is valid CSV (UTF-8) or Parquet",
+            ) from None
+        except duckdb.Error as e:  # out of memory or disk, mostly
+            raise error(
+                "E410",
+                f"DuckDB failed on '{path}': {str(e).splitlines()[0]}",
+                path,
+                "raise the engine's memory_limit or free space in the temporary directory",
             ) from None
 
     def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
@@ -375,7 +388,7 @@ class DuckDBEngine(_SQLEngine):
         if con is not None:
             con.close()
             self._con = None
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._cleanup()
 
 
 class SparkEngine(_SQLEngine):
@@ -406,7 +419,9 @@ class SparkEngine(_SQLEngine):
         frame = (
             reader.parquet(str(path))
             if fmt == "parquet"
-            else reader.option("header", True).option("inferSchema", False).csv(str(path))
+            else reader.options(
+                header=True, inferSchema=False, escape='"', multiLine=True, mode="FAILFAST"
+            ).csv(str(path))
         )
         frame.createOrReplaceTempView("source")
         self._frame = frame
@@ -419,7 +434,8 @@ class SparkEngine(_SQLEngine):
         return [(f.name, f.dataType.simpleString()) for f in self._frame.schema.fields]
 
     def close(self) -> None:
-        self._spark.sql("UNCACHE TABLE IF EXISTS enc")
+        for table in ("cube", "enc"):
+            self._spark.sql(self.dialect.drop(table))
 
 
 def open_engine(
@@ -437,7 +453,8 @@ def open_engine(
     path = Path(path)
     if engine == "auto":
         check_readable(path)
-        engine = "memory" if path.stat().st_size < AUTO_THRESHOLD_BYTES else "duckdb"
+        limit = AUTO_THRESHOLD_BYTES[data_format(path, fmt)]
+        engine = "memory" if path.stat().st_size < limit else "duckdb"
     if engine == "memory":
         return InMemoryEngine.from_file(path, domain, fmt=fmt, missing=missing, other=other)
     if engine == "duckdb":

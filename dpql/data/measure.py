@@ -96,7 +96,10 @@ class PrivateMeasurer:
     def measure(
         self, queries: Sequence[Query], rho: float, *, phase: str, label: str
     ) -> list[np.ndarray]:
-        """Gaussian mechanism, rho-zCDP, on the concatenated answers (see module docstring)."""
+        """Gaussian mechanism on the concatenated answers ``sums / n``: rho-zCDP under
+        replace-one neighbours at the public n, with L2 sensitivity
+        ``sqrt(sum_q q.sensitivity(n).l2 ** 2)`` (sqrt(2)/n per vector query, 1/n per scalar
+        one). Returns one unclipped noisy vector per query; appends one ledger event."""
         if not queries:
             return []
         answers = self._answers(queries)
@@ -123,7 +126,11 @@ class PrivateMeasurer:
         label: str,
         penalty: Sequence[float] | None = None,
     ) -> list[int]:
-        """Gumbel top-k on ``||a_q(D) - synthetic_q||_1 - penalty_q``, rho-zCDP (module doc)."""
+        """Gumbel top-k on the scores ``||a_q(D) - synthetic_q||_1 - penalty_q``: rho-zCDP under
+        replace-one neighbours at the public n, with score sensitivity
+        ``max_q q.sensitivity(n).l1`` (2/n with a vector query among the candidates, else
+        1/n), valid because ``synthetic_answers`` and ``penalty`` are fixed by past outputs.
+        Returns the chosen candidate indices; appends one ledger event."""
         if not candidates:
             raise InternalError("select: no candidates")
         if len(synthetic_answers) != len(candidates) or (

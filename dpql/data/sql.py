@@ -24,6 +24,7 @@ DuckDB, and a string cast parses to the correctly rounded double in both dialect
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -61,7 +62,8 @@ class Dialect:
     def string(self, value: str) -> str:
         if self.name == "duckdb":
             return "'" + value.replace("'", "''") + "'"
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        escapes = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+        return "'" + "".join(escapes.get(ch, ch) for ch in value) + "'"
 
     def trim(self, expr: str) -> str:
         chars = self.string(WHITESPACE)
@@ -119,7 +121,7 @@ def storage_of(type_name: str) -> Storage:
         return "text"
     if t.startswith(("FLOAT", "DOUBLE", "REAL")):
         return "float"
-    if "INT" in t or t.startswith("DECIMAL"):
+    if re.fullmatch(r"U?(TINY|SMALL|BIG|HUGE)?INT(EGER)?|DECIMAL.*|NUMERIC.*", t):
         return "exact"
     return "other"
 
@@ -291,8 +293,8 @@ def problem_rows_sql(i: int, kind: Literal["missing", "invalid"], d: Dialect) ->
     text = f"CAST(r{i} AS {d.text_type})"
     numbered = f"SELECT {d.row_number} AS rn, {text} AS t, {cond} AS bad FROM parsed"
     return (
-        f"SELECT t, COUNT(*) AS n, MIN(rn) AS first, COUNT(*) OVER () AS distinct_values "
-        f"FROM ({numbered}) AS numbered WHERE bad GROUP BY t ORDER BY n DESC, first LIMIT 10"
+        f"SELECT t, COUNT(*) AS n, MIN(rn) AS first_row, COUNT(*) OVER () AS distinct_values "
+        f"FROM ({numbered}) AS numbered WHERE bad GROUP BY t ORDER BY n DESC, first_row LIMIT 10"
     )
 
 

@@ -3,7 +3,7 @@
 One DP-SGD step on parameters ``w`` with Poisson rate ``q``, clip norm ``C`` and noise multiplier
 ``z`` computes (DP-auto-GAN, Algorithm 1 with microbatch r = 1; digest `dp_auto_gan.md` §3.1)::
 
-    B  = {i : u_i < q}                        (each private row included independently)
+    B  = {i : row i drawn with probability q}  (independently; see :func:`poisson_mask`)
     g  = ( sum_{i in B} clip(grad l(w, x_i), C) + N(0, z^2 C^2 I) ) / (q * n_public)
     clip(v, C) = v * min(1, C / ||v||_2)      (global norm over the whole parameter pytree)
 
@@ -15,7 +15,8 @@ fixed-size chunks of ``chunk_size`` rows (ranks ``j*chunk .. (j+1)*chunk - 1`` o
 rows), padded and masked, inside a ``lax.fori_loop`` whose trip count ``ceil(|B| / chunk)`` is
 dynamic. Every sampled row contributes, whatever ``|B|`` is, so the mechanism is exactly the
 Poisson-subsampled Gaussian that the accountant analyses: no truncation, no extra delta.
-``chunk_size`` only trades padding against the (rare) second chunk.
+``chunk_size`` only trades padding against the (rare) second chunk. (The run time of a step
+thus depends on ``|B|``; run times are not part of any release.)
 
 Only this module and :mod:`dpql.synth.gan.train` touch private rows. The sampling and noise
 key must come from the privacy layer's noise source (``NoiseSource.jax_key()``): secrecy of the

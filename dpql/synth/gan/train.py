@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 import jax
@@ -44,7 +45,6 @@ from dpql.synth.gan.dpsgd import DpSgdPhase, Params, private_gradient
 from dpql.synth.gan.options import GanOptions
 
 Progress = Callable[[str, int, int], None]
-PHASES = ("autoencoder", "generator")
 OVER_BUDGET = "gan-over-budget"
 
 
@@ -165,15 +165,18 @@ def _run_phase(
     step: Callable[[Any, jax.Array, Any], Any],
     state: Any,
     inputs: Any,
-    total: int,
-    block: int,
+    phase: DpSgdPhase,
     progress: Progress | None,
 ) -> Any:
-    """Run ``state = step(state, i, inputs)`` for i < total, one jitted ``lax.scan`` per block.
+    """Run ``state = step(state, i, inputs)`` for ``i < phase.steps``, one jitted ``lax.scan``
+    per expected epoch (``1 / q`` steps), reporting progress after each.
 
-    Private data and keys travel as jit *arguments* (``inputs``, ``state``), never as closed-over
-    constants, so they are not embedded in compiled programs (which JAX may cache on disk).
+    Private data and noise keys travel as jit *arguments* (``inputs``), never as closed-over
+    constants, so they are not embedded in compiled programs (which JAX may cache on disk), and
+    they are not part of the returned state.
     """
+    total = phase.steps
+    block = max(1, min(total, round(1 / phase.sampling_rate)))
 
     @jax.jit
     def run_block(state: Any, start: jax.Array, inputs: Any) -> Any:
@@ -187,11 +190,6 @@ def _run_phase(
         if progress is not None:
             progress(name, min(start + block, total), total)
     return state
-
-
-def _steps_per_block(phase: DpSgdPhase) -> int:
-    """One expected epoch (1 / q steps), so progress reports once per pass over the data."""
-    return max(1, min(phase.steps, round(1 / phase.sampling_rate)))
 
 
 def _decoded(decoder: Params, generator: Params, z: jax.Array) -> jax.Array:
@@ -210,47 +208,65 @@ def train_gan(
 
     Appends the plan's two ``dpsgd`` events to ``ledger``, each before its phase runs. Sampling
     and DP noise use keys from ``noise``; parameter initialisation uses ``plan.options.seed``.
+    The Poisson analysis does not depend on the row count, so ``private_rows.n`` may differ from
+    ``plan.n_public`` (the gradient divisor stays the public ``q * n_public``).
     """
-    o = plan.options
-    domain = private_rows.domain
     data = jnp.asarray(encoding.encode(private_rows))
-    n = data.shape[1]
-    k_ae, k_gen, k_critic = jax.random.split(jax.random.key(o.seed), 3)
+    k_ae, k_gan = jax.random.split(jax.random.key(plan.options.seed))
     ae_event, critic_event = plan.events()
+    ledger.append(ae_event)
+    decoder = _train_autoencoder(data, plan, k_ae, noise.jax_key(), progress)
+    ledger.append(critic_event)
+    generator = _train_wgan(data, decoder, plan, k_gan, noise.jax_key(), progress)
+    to_numpy = partial(jax.tree.map, np.asarray)
+    return GanModel(private_rows.domain, plan.options, to_numpy(decoder), to_numpy(generator))
 
-    # Phase 1: autoencoder (encoder and decoder both private).
+
+def _train_autoencoder(
+    data: jax.Array,
+    plan: GanPlan,
+    init_key: jax.Array,
+    noise_key: jax.Array,
+    progress: Progress | None,
+) -> Params:
+    """Phase 1: DP-SGD on encoder and decoder jointly; returns the decoder parameters."""
+    o, n = plan.options, data.shape[1]
     hidden = o.ae_hidden or (n + o.ae_latent_dim) // 2  # the authors' width rule
-    ae_params = nets.autoencoder_init(k_ae, n, hidden, o.ae_latent_dim)
-    ae_opt = optax.adam(o.ae_learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+    params = nets.autoencoder_init(init_key, n, hidden, o.ae_latent_dim)
+    optimizer = optax.adam(o.ae_learning_rate, b1=0.9, b2=0.999, eps=1e-8)
 
-    def ae_loss(params: Params, x: jax.Array, _: None) -> jax.Array:
+    def loss(params: Params, x: jax.Array, _: None) -> jax.Array:
         logits = nets.decode_logits(params, nets.encode(params, x))
         return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, x))
 
-    def ae_step(state: Any, i: jax.Array, data: jax.Array) -> Any:
-        params, opt_state, key = state
-        grad = private_gradient(ae_loss, params, data, jax.random.fold_in(key, i), plan.autoencoder)
-        updates, opt_state = ae_opt.update(grad, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, key
+    def step(state: Any, i: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> Any:
+        (params, opt_state), (data, key) = state, inputs
+        grad = private_gradient(loss, params, data, jax.random.fold_in(key, i), plan.autoencoder)
+        updates, opt_state = optimizer.update(grad, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
 
-    ledger.append(ae_event)
-    state = (ae_params, ae_opt.init(ae_params), noise.jax_key())
-    ae_params = _run_phase(
-        "autoencoder",
-        ae_step,
-        state,
-        data,
-        plan.autoencoder.steps,
-        _steps_per_block(plan.autoencoder),
-        progress,
-    )[0]
-    decoder = {"decoder": ae_params["decoder"]}  # frozen: phase 2 never differentiates it
+    state = (params, optimizer.init(params))
+    params = _run_phase("autoencoder", step, state, (data, noise_key), plan.autoencoder, progress)[
+        0
+    ]
+    return {"decoder": params["decoder"]}
 
-    # Phase 2: WGAN in latent space; only the critic touches private rows.
-    gen_params = nets.generator_init(
+
+def _train_wgan(
+    data: jax.Array,
+    decoder: Params,
+    plan: GanPlan,
+    init_key: jax.Array,
+    noise_key: jax.Array,
+    progress: Progress | None,
+) -> Params:
+    """Phase 2: DP-SGD critic, non-private generator through the frozen decoder."""
+    o, n = plan.options, data.shape[1]
+    k_gen, k_critic = jax.random.split(init_key)
+    generator = nets.generator_init(
         k_gen, o.generator_noise_dim, o.ae_latent_dim, o.generator_layer_norm
     )
-    critic_params = nets.critic_init(k_critic, n, o.critic_hidden or (2 * n // 3, n // 3))
+    critic = nets.critic_init(k_critic, n, o.critic_hidden or (2 * n // 3, n // 3))
     rmsprop = dict(decay=0.99, eps=1e-8, eps_in_sqrt=False)  # torch RMSprop(alpha=0.99)
     critic_opt = optax.rmsprop(o.critic_learning_rate, **rmsprop)
     gen_opt = optax.rmsprop(o.generator_learning_rate, **rmsprop)
@@ -262,9 +278,8 @@ def train_gan(
     def generator_loss(gen: Params, critic: Params, decoder: Params, z: jax.Array) -> jax.Array:
         return -jnp.mean(nets.critic(critic, _decoded(decoder, gen, z)))
 
-    def gan_step(state: Any, i: jax.Array, inputs: tuple[jax.Array, Params]) -> Any:
-        data, decoder = inputs
-        critic, critic_state, gen, gen_state, key = state
+    def step(state: Any, i: jax.Array, inputs: tuple[jax.Array, Params, jax.Array]) -> Any:
+        (critic, critic_state, gen, gen_state), (data, decoder, key) = state, inputs
         k_critic_step, k_z = jax.random.split(jax.random.fold_in(key, i))
 
         def fakes(k: jax.Array, rows: int) -> jax.Array:
@@ -274,9 +289,8 @@ def train_gan(
         updates, critic_state = critic_opt.update(grad, critic_state, critic)
         critic = optax.apply_updates(critic, updates)
         # WGAN weight clipping: post-processing of noised parameters, privacy-neutral.
-        critic = jax.tree.map(
-            lambda w: jnp.clip(w, -o.critic_weight_clip, o.critic_weight_clip), critic
-        )
+        bound = o.critic_weight_clip
+        critic = jax.tree.map(lambda w: jnp.clip(w, -bound, bound), critic)
 
         def generator_step(g: tuple[Params, Any]) -> tuple[Params, Any]:
             z = jax.random.normal(k_z, (fakes_per_generator_step, o.generator_noise_dim))
@@ -286,27 +300,11 @@ def train_gan(
 
         take = i % o.critic_steps_per_generator_step == 0
         gen, gen_state = jax.lax.cond(take, generator_step, lambda g: g, (gen, gen_state))
-        return critic, critic_state, gen, gen_state, key
+        return critic, critic_state, gen, gen_state
 
-    ledger.append(critic_event)
-    state = (
-        critic_params,
-        critic_opt.init(critic_params),
-        gen_params,
-        gen_opt.init(gen_params),
-        noise.jax_key(),
-    )
-    gen_params = _run_phase(
-        "generator",
-        gan_step,
-        state,
-        (data, decoder),
-        plan.critic.steps,
-        _steps_per_block(plan.critic),
-        progress,
-    )[2]
-    to_numpy = lambda tree: jax.tree.map(np.asarray, tree)  # noqa: E731
-    return GanModel(domain, o, to_numpy(decoder), to_numpy(gen_params))
+    state = (critic, critic_opt.init(critic), generator, gen_opt.init(generator))
+    inputs = (data, decoder, noise_key)
+    return _run_phase("generator", step, state, inputs, plan.critic, progress)[2]
 
 
 def sample(model: GanModel, rows: int, seed: int) -> EncodedTable:
