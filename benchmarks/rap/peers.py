@@ -34,10 +34,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import jax
 import networkx as nx
 import numpy as np
-
 from mbi import Dataset, Domain, LinearMeasurement, WeightedQuery, junction_tree
 from mbi.estimation import MirrorDescent
 
@@ -95,9 +93,7 @@ def _compress_domain(data: Dataset, sigma: float, noisy: dict[str, np.ndarray]):
         y2 = np.append(y[sup], y[~sup].sum() / math.sqrt(merged))
         w = np.ones(k + 1)
         w[-1] = 1.0 / math.sqrt(merged)
-        measurements.append(
-            LinearMeasurement(y2, (col,), stddev=sigma, query=WeightedQuery(w))
-        )
+        measurements.append(LinearMeasurement(y2, (col,), stddev=sigma, query=WeightedQuery(w)))
     return data.compress(mapping), measurements, mapping
 
 
@@ -129,10 +125,7 @@ def mst(
     t = time.perf_counter()
     model = _estimate(cdata.domain, log1, n, select_iters)
     cands = list(itertools.combinations(attrs, 2))
-    score = {
-        e: float(np.abs(_counts(cdata, e) - _model_marginal(model, e)).sum())
-        for e in cands
-    }
+    score = {e: float(np.abs(_counts(cdata, e) - _model_marginal(model, e)).sum()) for e in cands}
     rho_each = rho / 3 / (d - 1)
     ds = nx.utils.UnionFind(attrs)
     tree: list[tuple[str, str]] = []
@@ -196,7 +189,7 @@ def _filter_candidates(candidates, model, size_limit: float):
         cl: w
         for cl, w in candidates.items()
         if cl in free
-        or junction_tree.hypothetical_model_size(model.domain, cliques + [cl]) <= size_limit
+        or junction_tree.hypothetical_model_size(model.domain, [*cliques, cl]) <= size_limit
     }
 
 

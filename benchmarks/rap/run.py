@@ -12,9 +12,9 @@ synthetic, goes through the same path: CSV/DataFrame in original units -> encode
 Methods:
 
 * ``rap``: ``dpql.compile.compile_release`` on a per-epsilon copy of the example spec with the
-  workload ``marginals(3)`` only (no requirements, no post-processing). While
-  ``dpql.data.measure`` does not exist, its ``open_measurer`` is patched with
-  ``standin_measure.open_measurer`` (recorded as ``measurement_layer`` in the results).
+  workload ``marginals(3)`` only (no requirements, no post-processing). Should the measurement
+  layer fail to import (as while ``dpql.data.measure`` was being written), ``compile.open_measurer``
+  is patched with ``standin_measure.open_measurer`` (recorded as ``measurement_layer``).
 * ``mst``, ``aim``: ``peers.py`` on mbi 2.x, same rho (tight conversion) and replace-one.
 * ``independent``: product of the real 1-way marginals (each column resampled independently
   from the train split), n rows; non-private reference.
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -135,17 +134,18 @@ def worker_rap(eps: float, workdir: Path, seed: int) -> dict[str, Any]:
     import dpql.compile as dc
 
     spec = write_spec(eps, workdir)
+    layer = "dpql.compile.open_measurer (dpql.data.measure.PrivateMeasurer)"
+    t = time.perf_counter()
     try:
-        from dpql.data.measure import open_measurer  # noqa: F401
-
-        layer = "dpql.data.measure"
-    except ImportError:
+        res = dc.compile_release(spec, seed=seed)
+    except ImportError as e:  # the measurement layer is not there yet: use the stand-in
         import standin_measure
 
-        dc.open_measurer = standin_measure.open_measurer  # see module docstring
-        layer = "benchmarks/rap/standin_measure.py (dpql.data.measure missing)"
-    t = time.perf_counter()
-    res = dc.compile_release(spec, seed=seed)
+        log(f"rap: measurement layer unavailable ({e}); using standin_measure.py")
+        dc.open_measurer = standin_measure.open_measurer  # see its module docstring
+        layer = "benchmarks/rap/standin_measure.py (dpql.data.measure unavailable)"
+        t = time.perf_counter()
+        res = dc.compile_release(spec, seed=seed)
     wall = time.perf_counter() - t
     rec = res.record
     return {
@@ -166,8 +166,8 @@ def worker_peer(method: str, eps: float, workdir: Path, seed: int, a) -> dict[st
 
     jax.config.update("jax_enable_compilation_cache", False)
     import mbi
-
     import peers
+
     from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
     from dpql.privacy.noise import default_noise
 
@@ -334,6 +334,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eps", type=float, nargs="+", default=[0.3, 1.0, 3.0])
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     p.add_argument("--out", default=str(HERE / "results.json"))
+    p.add_argument(
+        "--merge", action="store_true",
+        help="start from the rows already in --out; replace only the methods run now",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="optimisation/sampling seed (not DP)")
     p.add_argument("--workdir", default=None, help="specs and synthetic CSVs (default: temp)")
     p.add_argument("--mst-iters", type=int, default=5000)
@@ -366,10 +370,16 @@ def main(argv: list[str] | None = None) -> None:
         "references": {},
         "settings": {k: v for k, v in vars(a).items() if not k.startswith("worker")},
     }
+    if a.merge and Path(a.out).exists():
+        old = json.loads(Path(a.out).read_text())
+        for k in ("by_epsilon", "references", "rho"):
+            results[k] = old.get(k, {})
+        earlier = {k: old.get(k) for k in ("command", "machine", "settings")}
+        results["earlier_runs"] = [*old.get("earlier_runs", []), earlier]
     for eps in a.eps:
         key = f"{eps:g}"
         results["rho"][key] = rho_from_eps_delta(eps, 1.0 / N**2)
-        rows: dict[str, Any] = {}
+        rows: dict[str, Any] = results["by_epsilon"].get(key, {})
         for m in (m for m in a.methods if m in PRIVATE):
             log(f"== {m} eps={eps:g}")
             info = spawn(m, eps, workdir, a)

@@ -28,6 +28,13 @@ from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
 
 
+class _Summary(dict):
+    """Curator-only summary; a dict with ``to_json`` (both shapes ``compile.py`` has used)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self)
+
+
 class StandinMeasurer:
     def __init__(self, spec: Any, ledger: Ledger, noise: NoiseSource) -> None:
         missing, other = rules_from_spec(spec.model)
@@ -67,7 +74,10 @@ class StandinMeasurer:
     ) -> list[int]:
         answers = answer_all(list(candidates), self._table)
         scores = np.array(
-            [np.abs(np.ravel(a) - np.ravel(s)).sum() for a, s in zip(answers, synthetic_answers)]
+            [
+                np.abs(np.ravel(a) - np.ravel(s)).sum()
+                for a, s in zip(answers, synthetic_answers, strict=True)
+            ]
         )
         if penalty is not None:
             scores = scores - np.asarray(penalty, dtype=np.float64)
@@ -81,8 +91,10 @@ class StandinMeasurer:
     def private_table(self) -> EncodedTable:
         return self._table
 
-    def curator_summary(self) -> dict[str, Any]:
-        return {"measurement_layer": "benchmarks/rap/standin_measure.py", "rows": self._table.n}
+    def curator_summary(self) -> _Summary:
+        return _Summary(
+            {"measurement_layer": "benchmarks/rap/standin_measure.py", "rows": self._table.n}
+        )
 
 
 def open_measurer(spec: Any, ledger: Ledger, noise: NoiseSource) -> StandinMeasurer:

@@ -2,11 +2,18 @@
 
 Architectures are the paper's ADULT serialisation (App. E.1; digest `dp_auto_gan.md` §2.4):
 
-* autoencoder ``n -> h -> d -> h -> n``, LeakyReLU(0.2) after every layer but the last, which
-  returns *logits* (the paper's final Sigmoid is applied by the loss / at decoding, §3.7);
-* generator ``z -> G(z)`` in latent space: blocks ``leaky(norm(W x))`` without bias, the first two
-  residual (``x = block(x) + x``, width = noise dim), the last mapping to the latent dim;
+* autoencoder ``n -> h -> d -> h -> n``, LeakyReLU(0.2) on hidden layers; the decoder returns
+  *logits* (the paper's final Sigmoid is applied by the loss / at decoding, digest §3.7);
+* generator ``z -> G(z)`` in latent space: two residual blocks ``x + leaky(norm(W x))`` (no bias,
+  width = noise dim, LayerNorm as in the authors' code), then a projection to the latent dim;
 * critic ``n -> h1 -> h2 -> 1`` with LeakyReLU(0.2) and a linear (unbounded WGAN) output.
+
+One deliberate change: the latent space is the cube (-1, 1)^d, with tanh on the encoder output
+and on the generator's last layer (the paper's MIMIC architecture, App. D), instead of ADULT's
+LeakyReLU on both. The authors' ADULT encoder barely moved from its initialisation (plain Adam at
+lr 0.005/64, digest §3.3); trained privately at lr 0.005 its LeakyReLU codes drift to |z| ~ 10,
+where the LayerNorm generator cannot follow within 1000 steps. Measured on ADULT at negligible
+noise: mean dimension-wise prediction distance 2.83 -> 0.05, income accuracy 0.69 -> 0.78.
 
 Initialisation is PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and
 biases (digest §2.4), for fidelity with the paper's clip norms.
@@ -54,8 +61,8 @@ def autoencoder_init(key: jax.Array, n: int, hidden: int, latent: int) -> Params
 
 
 def encode(params: Params, x: jax.Array) -> jax.Array:
-    """Latent code (the ADULT encoder activates its output layer, so codes are unbounded)."""
-    return _mlp_apply(params["encoder"], x, last_activated=True)
+    """Latent code in (-1, 1)^d (tanh output, see the module docstring)."""
+    return jnp.tanh(_mlp_apply(params["encoder"], x, last_activated=False))
 
 
 def decode_logits(params: Params, latent: jax.Array) -> jax.Array:
@@ -67,25 +74,27 @@ def generator_init(key: jax.Array, noise_dim: int, latent: int, layer_norm: bool
     keys = jax.random.split(key, 3)
     sizes = ((noise_dim, noise_dim), (noise_dim, noise_dim), (noise_dim, latent))
     blocks = []
-    for k, (a, b) in zip(keys, sizes, strict=True):
-        block = _linear(k, a, b, bias=False)
-        if layer_norm:
+    for i, (k, (a, b)) in enumerate(zip(keys, sizes, strict=True)):
+        block = _linear(k, a, b, bias=i == 2)
+        if layer_norm and i < 2:
             block |= {"scale": jnp.ones((b,)), "shift": jnp.zeros((b,))}
         blocks.append(block)
     return {"blocks": blocks}
 
 
 def generate_latent(params: Params, z: jax.Array) -> jax.Array:
-    """``G(z)``: two residual blocks then a projection to the latent dimension."""
+    """``G(z)``: two residual blocks, then a tanh projection onto the latent cube (-1, 1)^d."""
     x = z
     for i, block in enumerate(params["blocks"]):
-        h = x @ block["w"]
+        h = x @ block["w"] + block.get("b", 0.0)
         if "scale" in block:  # LayerNorm (the authors' code; the paper prints BatchNorm1d)
             mean = jnp.mean(h, axis=-1, keepdims=True)
             var = jnp.var(h, axis=-1, keepdims=True)
             h = (h - mean) / jnp.sqrt(var + 1e-5) * block["scale"] + block["shift"]
-        h = _leaky(h)
-        x = h + x if i < len(params["blocks"]) - 1 else h
+        if i < len(params["blocks"]) - 1:
+            x = _leaky(h) + x
+        else:
+            x = jnp.tanh(h)
     return x
 
 
