@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,6 +18,7 @@ from dpql.privacy.accountant import (
     epsilon_from_events,
     epsilon_from_rdp,
 )
+from dpql.privacy.ledger import PrivacyEvent
 from dpql.synth.gan import GanOptions, plan_gan
 
 ADULT_ROWS = 32561
@@ -73,12 +73,16 @@ def test_fixed_noise_above_the_budget_is_a_planning_error():
     assert err.value.codes == ["gan-over-budget"]
 
 
-def test_calibrated_plan_spends_the_budget_and_its_epsilon_is_the_ledgers():
+def test_calibrated_plan_spends_the_budget_with_the_releases_other_events():
     options = GanOptions(ae_steps=300, critic_steps=400)
     budget = SimpleNamespace(epsilon=1.0, delta=1e-5)
-    plan = plan_gan(options, 5000, budget, {"autoencoder": 0.3, "generator": 0.7})
-    assert 0.99 * budget.epsilon <= plan.epsilon <= budget.epsilon
-    assert math.isclose(epsilon_from_events(plan.events(), 1e-5).epsilon, plan.epsilon)
+    # An I-projection-like zCDP measurement planned for the same release (rho = 0.005).
+    measured = PrivacyEvent("postprocess", "gaussian", "iproj", l2_sensitivity=1.0,
+                            noise_scale=10.0, rho=0.005)  # fmt: skip
+    plan = plan_gan(options, 5000, budget, {"autoencoder": 0.3, "generator": 0.7}, [measured])
+    total = epsilon_from_events([*plan.events(), measured], 1e-5).epsilon
+    assert 0.99 * budget.epsilon <= total <= budget.epsilon
+    assert plan.epsilon == epsilon_from_events(plan.events(), 1e-5).epsilon < total
     ae, critic = plan.events()
     assert (ae.phase, ae.mechanism, ae.steps, ae.sampling_rate) == (
         "autoencoder",

@@ -56,7 +56,8 @@ class PredictionScore:
     synthetic: float
 
 
-def _inputs_without(table: EncodedTable, column: str) -> np.ndarray:
+def inputs_without(table: EncodedTable, column: str) -> np.ndarray:
+    """The vector encoding of every column but ``column`` (a model's input features)."""
     x = encode(table)
     block = next(b for b in blocks(table.domain) if b.column == column)
     return np.delete(x, np.s_[block.start : block.start + block.width], axis=1)
@@ -72,8 +73,8 @@ def _target(table: EncodedTable, column: str) -> np.ndarray:
 def _score(
     column: CategoricalColumn | NumericColumn, train: EncodedTable, test: EncodedTable, seed: int
 ) -> float:
-    x, y = _inputs_without(train, column.name), _target(train, column.name)
-    x_test, y_test = _inputs_without(test, column.name), _target(test, column.name)
+    x, y = inputs_without(train, column.name), _target(train, column.name)
+    x_test, y_test = inputs_without(test, column.name), _target(test, column.name)
     if isinstance(column, NumericColumn):
         return float(r2_score(y_test, Lasso(alpha=1.0).fit(x, y).predict(x_test)))
     model = RandomForestClassifier(n_estimators=10, random_state=seed, n_jobs=1).fit(x, y)

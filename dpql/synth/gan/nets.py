@@ -13,7 +13,8 @@ and on the generator's last layer (the paper's MIMIC architecture, App. D), inst
 LeakyReLU on both. The authors' ADULT encoder barely moved from its initialisation (plain Adam at
 lr 0.005/64, digest §3.3); trained privately at lr 0.005 its LeakyReLU codes drift to |z| ~ 10,
 where the LayerNorm generator cannot follow within 1000 steps. Measured on ADULT at negligible
-noise: mean dimension-wise prediction distance 2.83 -> 0.05, income accuracy 0.69 -> 0.78.
+noise: mean dimension-wise prediction distance 2.83 -> 0.074, income accuracy 0.69 -> 0.79
+(`benchmarks/gan/RESULTS.md`).
 
 Initialisation is PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and
 biases (digest §2.4), for fidelity with the paper's clip norms.
@@ -47,10 +48,11 @@ def _leaky(x: jax.Array) -> jax.Array:
     return jax.nn.leaky_relu(x, 0.2)
 
 
-def _mlp_apply(layers: list[dict[str, jax.Array]], x: jax.Array, last_activated: bool) -> jax.Array:
+def _mlp_apply(layers: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
+    """LeakyReLU(0.2) between layers, none after the last."""
     for i, layer in enumerate(layers):
         x = x @ layer["w"] + layer["b"]
-        if last_activated or i < len(layers) - 1:
+        if i < len(layers) - 1:
             x = _leaky(x)
     return x
 
@@ -62,12 +64,12 @@ def autoencoder_init(key: jax.Array, n: int, hidden: int, latent: int) -> Params
 
 def encode(params: Params, x: jax.Array) -> jax.Array:
     """Latent code in (-1, 1)^d (tanh output, see the module docstring)."""
-    return jnp.tanh(_mlp_apply(params["encoder"], x, last_activated=False))
+    return jnp.tanh(_mlp_apply(params["encoder"], x))
 
 
 def decode_logits(params: Params, latent: jax.Array) -> jax.Array:
     """Decoder logits; ``jax.nn.sigmoid`` of them is the decoded record in [0, 1]^n."""
-    return _mlp_apply(params["decoder"], latent, last_activated=False)
+    return _mlp_apply(params["decoder"], latent)
 
 
 def generator_init(key: jax.Array, noise_dim: int, latent: int, layer_norm: bool) -> Params:
@@ -104,4 +106,4 @@ def critic_init(key: jax.Array, n: int, hidden: Sequence[int]) -> Params:
 
 def critic(params: Params, x: jax.Array) -> jax.Array:
     """WGAN critic score of each row (linear output, no sigmoid)."""
-    return _mlp_apply(params["layers"], x, last_activated=False)[..., 0]
+    return _mlp_apply(params["layers"], x)[..., 0]

@@ -25,7 +25,7 @@ no training losses, batch sizes or norms are returned or logged (they would be u
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -104,15 +104,19 @@ def plan_gan(
     n_public: int,
     budget: EpsilonDelta,
     split: Mapping[str, float] | None = None,
+    other_events: Sequence[PrivacyEvent] = (),
 ) -> GanPlan:
     """Fix both phases' noise multipliers for an (epsilon, delta) target; reads no data.
 
-    With ``options.noise_multipliers`` set (the paper's reproduction runs) those are used and the
-    plan fails with ``gan-over-budget`` if they spend more than ``budget``. Otherwise the
-    autoencoder's noise is calibrated so that phase *alone* is (``s * epsilon``, delta)-DP, with
-    ``s = split["autoencoder"]`` (the spec's ``privacy.split``, default 1/2), and the critic's so
-    that both phases *composed* on the accountant's RDP curves are (epsilon, delta)-DP: the
-    critic gets its basic-composition share plus the slack of RDP composition (paper Lemma 4).
+    ``budget`` bounds the composition of the two GAN phases with ``other_events`` (data-free
+    events planned for the same release, e.g. the I-projection measurements; empty when
+    ``budget`` is the GAN's own share). With ``options.noise_multipliers`` set (the paper's
+    reproduction runs) those are used. Otherwise the autoencoder's noise is calibrated so that
+    phase *alone* is (``s * epsilon``, delta)-DP, ``s = split["autoencoder"]`` (the spec's
+    ``privacy.split``, default 1/2), and the critic's so that everything *composed* on the
+    accountant's RDP curves is (epsilon, delta)-DP: the critic gets its basic-composition share
+    plus the slack of RDP composition (paper Lemma 4). Raises ``gan-over-budget`` when the
+    budget cannot be met.
     """
     o, delta = options, budget.delta
 
@@ -122,32 +126,31 @@ def plan_gan(
             _phase(o.critic_batch_size, o.critic_clip_norm, z_critic, o.critic_steps, n_public),
         )
 
-    if o.noise_multipliers is None:
-        share = (split or {"autoencoder": 0.5})["autoencoder"]
-        ae = phases(1.0, 1.0)[0]
-        z_ae = calibrate_dpsgd_noise(ae.sampling_rate, ae.steps, share * budget.epsilon, delta)
-        critic = phases(z_ae, 1.0)[1]
-        z_critic = calibrate_dpsgd_noise(
-            critic.sampling_rate,
-            critic.steps,
-            budget.epsilon,
-            delta,
-            other_events=[_event("autoencoder", phases(z_ae, 1.0)[0])],
-        )
-        ae, critic = phases(z_ae, z_critic)
-    else:
-        ae, critic = phases(*o.noise_multipliers)
-    plan = GanPlan(o, n_public, ae, critic, delta, 0.0)
-    epsilon = float(epsilon_from_events(plan.events(), delta).epsilon)
-    if epsilon > budget.epsilon:
-        message = (
-            f"the gan phases spend epsilon={epsilon:.4f} at delta={delta:g}, above the gan "
-            f"budget epsilon={budget.epsilon:.4f} (noise multipliers "
-            f"{ae.noise_multiplier:.4g}, {critic.noise_multiplier:.4g})"
-        )
-        hint = "raise noise_multipliers or lower the steps, or drop noise_multipliers"
-        raise DiagnosticError([Diagnostic(OVER_BUDGET, message, hint=hint)])
-    return dataclasses.replace(plan, epsilon=epsilon)
+    try:
+        if o.noise_multipliers is None:
+            share = (split or {"autoencoder": 0.5})["autoencoder"]
+            q_ae, q_critic = (p.sampling_rate for p in phases(1.0, 1.0))
+            z_ae = calibrate_dpsgd_noise(q_ae, o.ae_steps, share * budget.epsilon, delta)
+            ae_event = _event("autoencoder", phases(z_ae, 1.0)[0])
+            z_critic = calibrate_dpsgd_noise(
+                q_critic, o.critic_steps, budget.epsilon, delta,
+                other_events=[ae_event, *other_events],
+            )  # fmt: skip
+            ae, critic = phases(z_ae, z_critic)
+        else:
+            ae, critic = phases(*o.noise_multipliers)
+        plan = GanPlan(o, n_public, ae, critic, delta, 0.0)
+        total = epsilon_from_events([*plan.events(), *other_events], delta).epsilon
+        if total > budget.epsilon:
+            raise ValueError(
+                f"noise multipliers {ae.noise_multiplier:.4g}, {critic.noise_multiplier:.4g} "
+                f"spend epsilon={total:.4f} at delta={delta:g}"
+            )
+    except ValueError as e:
+        message = f"the gan cannot meet its budget epsilon={budget.epsilon:g}: {e}"
+        hint = "raise noise_multipliers, lower the steps, or give the gan a larger budget share"
+        raise DiagnosticError([Diagnostic(OVER_BUDGET, message, hint=hint)]) from e
+    return dataclasses.replace(plan, epsilon=epsilon_from_events(plan.events(), delta).epsilon)
 
 
 @dataclass(frozen=True, eq=False)
