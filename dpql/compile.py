@@ -80,8 +80,12 @@ def open_measurer(spec: LoadedSpec, ledger: Ledger, noise: NoiseSource):
 
     missing, other = rules_from_spec(spec.model)
     engine = open_engine(
-        spec.data_path, spec.domain, engine=spec.model.data.engine, fmt=spec.model.data.format,
-        missing=missing, other=other,
+        spec.data_path,
+        spec.domain,
+        engine=spec.model.data.engine,
+        fmt=spec.model.data.format,
+        missing=missing,
+        other=other,
     )
     return PrivateMeasurer(engine, spec.rows, ledger, noise)
 
@@ -152,18 +156,18 @@ def compile_release(
         )
         synth_info.update(fit_metrics(table, list(zip(res.measured, res.noisy, strict=True))))
     elif plan.method == "gan":
-        from dpql.synth.gan import run_gan_for_release
+        from dpql.data.load import load_table, rules_from_spec
+        from dpql.synth.gan import sample, train_gan
 
-        table, gan_info = run_gan_for_release(
-            plan.gan,
-            measurer.private_table(),
-            model.rows,
-            seed,
-            noise=noise,
-            ledger=ledger,
-            progress=progress,
-        )
-        synth_info.update(gan_info)
+        # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2).
+        missing, other = rules_from_spec(spec.model)
+        private = load_table(
+            spec.data_path, spec.domain, fmt=spec.model.data.format, missing=missing, other=other
+        ).table
+        gan_model = train_gan(private, plan.gan, noise=noise, ledger=ledger, progress=progress)
+        del private
+        table = sample(gan_model, model.rows, seed)
+        synth_info.update(options=dict(model.options))
     else:
         from dpql.data.load import load_table
 

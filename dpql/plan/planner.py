@@ -243,10 +243,11 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         rap = plan_rap(resolved.queries, synth_rho, rap_options, sel / (sel + meas))
         lines.extend(_rap_lines(rap, n))
     elif model.synthesizer.method == "gan":
-        from dpql.synth.gan import plan_gan_for_release
-
-        gan = plan_gan_for_release(model.synthesizer.options, n, synth_rho, budget.delta)
-        lines.extend(gan.budget_lines())
+        gan = _plan_gan(spec, budget, phase_rho)
+        for e in gan.events():
+            lines.append(
+                BudgetLine(f"gan.{e.phase}", "dpsgd", e.steps or 1, None, e.noise_multiplier, n)
+            )
     else:
         lines.append(BudgetLine("external", "external", 1, None))
     k = len(measures.queries) if measures else 0
@@ -281,6 +282,31 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         seed,
         tuple(spec.warnings) + tuple(d for d in sink.items if d.severity == "warning"),
     )
+
+
+def _plan_gan(spec: LoadedSpec, budget: Budget, phase_rho: dict[str, float]):
+    """DP-SGD noise for the GAN so that it and the planned zCDP phases fit (epsilon, delta)."""
+    from types import SimpleNamespace
+
+    from dpql.privacy.ledger import PrivacyEvent
+    from dpql.synth.gan import GanOptions, plan_gan
+
+    others = [
+        PrivacyEvent(
+            phase,
+            "gaussian",
+            f"planned {phase}",
+            l2_sensitivity=1.0,
+            noise_scale=1.0 / math.sqrt(2 * rho),
+            rho=rho,
+        )
+        for phase, rho in phase_rho.items()
+        if phase != "synthesizer" and rho > 0
+    ]
+    options = GanOptions.from_mapping(spec.model.synthesizer.options)
+    target = SimpleNamespace(epsilon=budget.epsilon, delta=budget.delta)
+    split = spec.model.privacy.split
+    return plan_gan(options, spec.rows, target, split, other_events=tuple(others))
 
 
 def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
