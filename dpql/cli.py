@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -323,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "This is a bug in dpql, not in your spec. Please report it with the command you ran.",
             markup=False,
         )
-        if "--debug" in sys.argv or __import__("os").environ.get("DPQL_DEBUG"):
+        if os.environ.get("DPQL_DEBUG"):
             raise
         return EXIT_INTERNAL
 

@@ -6,6 +6,7 @@ DP-SGD inside the GAN backend): every other stage sees only the plan and noisy o
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import tempfile
@@ -66,8 +67,6 @@ def write_table(df: pd.DataFrame, path: Path) -> None:
 
 
 def write_json(obj: Any, path: Path) -> None:
-    import json
-
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
@@ -130,94 +129,105 @@ def compile_release(
     ledger = Ledger()
     t = time.perf_counter()
     measurer = open_measurer(spec, ledger, noise)
-    timings["load"] = time.perf_counter() - t
-    synth_info: dict[str, Any] = {"method": plan.method, "rounding_seed": seed}
-    model = spec.model.synthesizer
-    t = time.perf_counter()
-    if plan.method == "rap":
-        from dpql.synth.rap import run_rap
-
-        assert plan.rap is not None and plan.rap_options is not None
-        res = run_rap(
-            measurer,
-            spec.domain,
-            plan.queries,
-            plan.rap,
-            plan.rap_options,
-            model.rows,
-            seed,
-            progress,
-        )
-        table = res.table
-        synth_info.update(
-            options=plan.rap_options.__dict__,
-            rounds=res.rounds,
-            measured_queries=len(res.measured),
-        )
-        synth_info.update(fit_metrics(table, list(zip(res.measured, res.noisy, strict=True))))
-    elif plan.method == "gan":
-        from dpql.data.load import load_table, rules_from_spec
-        from dpql.synth.gan import sample, train_gan
-
-        # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2).
-        missing, other = rules_from_spec(spec.model)
-        private = load_table(
-            spec.data_path, spec.domain, fmt=spec.model.data.format, missing=missing, other=other
-        ).table
-        gan_model = train_gan(private, plan.gan, noise=noise, ledger=ledger, progress=progress)
-        del private
-        table = sample(gan_model, model.rows, seed)
-        synth_info.update(options=dict(model.options))
-    else:
-        from dpql.data.load import load_table
-
-        # an external synthetic table is public input checked against the schema, not private
-        table = load_table(spec.resolve(model.path), spec.domain).table
-        ledger.append(
-            PrivacyEvent.external(
-                "external",
-                f"external table {model.path}",
-                epsilon=model.budget.epsilon,
-                delta=model.budget.delta,
-            )
-        )
-    timings["synthesize"] = time.perf_counter() - t
-    requirements: list[dict[str, Any]] = []
-    if plan.measures is not None and "iproj.measure" in plan.phase_rho:
-        from dpql.accept import postprocess_and_accept
-
+    try:
+        timings["load"] = time.perf_counter() - t
+        synth_info: dict[str, Any] = {"method": plan.method, "rounding_seed": seed}
+        model = spec.model.synthesizer
         t = time.perf_counter()
-        table, requirements = postprocess_and_accept(plan, measurer, table, seed, progress)
-        timings["postprocess"] = time.perf_counter() - t
-    out = spec.resolve(spec.model.output.path)
-    record_path = spec.resolve(spec.model.output.provenance)
-    t = time.perf_counter()
-    write_table(decode(table), out)
-    spec_json = __import__("json").loads(normalised_spec_json(spec.model))
-    record = build_record(
-        spec_json=spec_json,
-        spec_sha256=sha256_json(spec_json),
-        plan_sha256=sha256_json(plan.to_json()),
-        budget={"epsilon": plan.budget.epsilon, "delta": plan.budget.delta, "rho": plan.budget.rho},
-        ledger=ledger,
-        synthesizer=synth_info,
-        requirements=requirements,
-        output_path=out,
-        output_rows=table.n,
-        timings=timings,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-    write_json(record, record_path)
-    write_json(measurer.curator_summary().to_json(), record_path.with_suffix(".curator.json"))
-    ledger_file = ledger_path or (
-        spec.resolve(spec.model.output.ledger) if spec.model.output.ledger else None
-    )
-    if ledger_file is not None:
-        from dpql.check import append_release, release_record
+        if plan.method == "rap":
+            from dpql.synth.rap import run_rap
 
-        spent = record["privacy"]["spent"]
-        append_release(
-            ledger_file, release_record(spec, spent["epsilon"], spent["delta"], spent["rho"])
+            assert plan.rap is not None and plan.rap_options is not None
+            res = run_rap(
+                measurer,
+                spec.domain,
+                plan.queries,
+                plan.rap,
+                plan.rap_options,
+                model.rows,
+                seed,
+                progress,
+            )
+            table = res.table
+            synth_info.update(
+                options=plan.rap_options.__dict__,
+                rounds=res.rounds,
+                measured_queries=len(res.measured),
+            )
+            synth_info.update(fit_metrics(table, list(zip(res.measured, res.noisy, strict=True))))
+        elif plan.method == "gan":
+            from dpql.data.load import load_table, rules_from_spec
+            from dpql.synth.gan import sample, train_gan
+
+            # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2).
+            missing, other = rules_from_spec(spec.model)
+            private = load_table(
+                spec.data_path,
+                spec.domain,
+                fmt=spec.model.data.format,
+                missing=missing,
+                other=other,
+            ).table
+            gan_model = train_gan(private, plan.gan, noise=noise, ledger=ledger, progress=progress)
+            del private
+            table = sample(gan_model, model.rows, seed)
+            synth_info.update(options=dict(model.options))
+        else:
+            from dpql.data.load import load_table
+
+            # an external synthetic table is public input checked against the schema, not private
+            table = load_table(spec.resolve(model.path), spec.domain).table
+            ledger.append(
+                PrivacyEvent.external(
+                    "external",
+                    f"external table {model.path}",
+                    epsilon=model.budget.epsilon,
+                    delta=model.budget.delta,
+                )
+            )
+        timings["synthesize"] = time.perf_counter() - t
+        requirements: list[dict[str, Any]] = []
+        if plan.measures is not None and "iproj.measure" in plan.phase_rho:
+            from dpql.accept import postprocess_and_accept
+
+            t = time.perf_counter()
+            table, requirements = postprocess_and_accept(plan, measurer, table, seed, progress)
+            timings["postprocess"] = time.perf_counter() - t
+        out = spec.resolve(spec.model.output.path)
+        record_path = spec.resolve(spec.model.output.provenance)
+        t = time.perf_counter()
+        write_table(decode(table), out)
+        spec_json = json.loads(normalised_spec_json(spec.model))
+        record = build_record(
+            spec_json=spec_json,
+            spec_sha256=sha256_json(spec_json),
+            plan_sha256=sha256_json(plan.to_json()),
+            budget={
+                "epsilon": plan.budget.epsilon,
+                "delta": plan.budget.delta,
+                "rho": plan.budget.rho,
+            },
+            ledger=ledger,
+            synthesizer=synth_info,
+            requirements=requirements,
+            output_path=out,
+            output_rows=table.n,
+            timings=timings,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
-    timings["write"] = time.perf_counter() - t
+        write_json(record, record_path)
+        write_json(measurer.curator_summary().to_json(), record_path.with_suffix(".curator.json"))
+        ledger_file = ledger_path or (
+            spec.resolve(spec.model.output.ledger) if spec.model.output.ledger else None
+        )
+        if ledger_file is not None:
+            from dpql.check import append_release, release_record
+
+            spent = record["privacy"]["spent"]
+            append_release(
+                ledger_file, release_record(spec, spent["epsilon"], spent["delta"], spent["rho"])
+            )
+        timings["write"] = time.perf_counter() - t
+    finally:
+        measurer.close()
     return CompileResult(plan, out, record_path, record, timings)

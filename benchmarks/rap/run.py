@@ -12,9 +12,7 @@ synthetic, goes through the same path: CSV/DataFrame in original units -> encode
 Methods:
 
 * ``rap``: ``dpql.compile.compile_release`` on a per-epsilon copy of the example spec with the
-  workload ``marginals(3)`` only (no requirements, no post-processing). Should the measurement
-  layer fail to import (as while ``dpql.data.measure`` was being written), ``compile.open_measurer``
-  is patched with ``standin_measure.open_measurer`` (recorded as ``measurement_layer``).
+  workload ``marginals(3)`` only (no requirements, no post-processing).
 * ``mst``, ``aim``: ``peers.py`` on mbi 2.x, same rho (tight conversion) and replace-one.
 * ``independent``: product of the real 1-way marginals (each column resampled independently
   from the train split), n rows; non-private reference.
@@ -136,16 +134,7 @@ def worker_rap(eps: float, workdir: Path, seed: int) -> dict[str, Any]:
     spec = write_spec(eps, workdir)
     layer = "dpql.compile.open_measurer (dpql.data.measure.PrivateMeasurer)"
     t = time.perf_counter()
-    try:
-        res = dc.compile_release(spec, seed=seed)
-    except ImportError as e:  # the measurement layer is not there yet: use the stand-in
-        import standin_measure
-
-        log(f"rap: measurement layer unavailable ({e}); using standin_measure.py")
-        dc.open_measurer = standin_measure.open_measurer  # see its module docstring
-        layer = "benchmarks/rap/standin_measure.py (dpql.data.measure unavailable)"
-        t = time.perf_counter()
-        res = dc.compile_release(spec, seed=seed)
+    res = dc.compile_release(spec, seed=seed)
     wall = time.perf_counter() - t
     rec = res.record
     return {

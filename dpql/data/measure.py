@@ -161,6 +161,10 @@ class PrivateMeasurer:
         )
         return [int(i) for i in chosen]
 
+    def close(self) -> None:
+        """Release the engine (DuckDB temp files, Spark caches)."""
+        self._engine.close()
+
     def curator_summary(self) -> CuratorSummary:
         """CURATOR-ONLY (true row count, clip counts, file hash): never put it in a release."""
         return CuratorSummary(self._engine.curator_log, self._n, len(self._sums))
