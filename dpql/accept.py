@@ -2,13 +2,28 @@
 
 Model requirements (``logistic(y ~ x...)``, ``linear(y ~ x...)``): the model is fitted on the
 final *synthetic* table (sklearn; post-processing), then its metric on the *real* table is
-measured with ONE Gaussian counting query of sensitivity 1/n through the oracle
-(:class:`~dpql.plan.ir.ModelAccuracy`: per-row correctness, or squared error on the [0, 1] scale).
+measured through the oracle in ONE Gaussian release of all the release's tests: T scalar
+queries with values in [0, 1] (sensitivity 1/n each, replace-one), ``sigma = sqrt(T)/n /
+sqrt(2 rho)`` (phase ``accept``). Per metric (``spec/language.md`` sec. 5):
+
+* ``accuracy`` (logistic ``within`` compares it): ``1{pred = y}`` (a
+  :class:`~dpql.plan.ir.ModelAccuracy`); the value is its mean.
+* ``f1`` (positive class: the label's second value): ``1{pred = y}`` and
+  ``1{pred = y = positive}``; ``F1 = 2 TP / (1 + 2 TP - acc)``, which is ``2 TP / (2 TP + FP +
+  FN)`` because ``FP + FN = 1 - acc``.
+* ``rmse``: ``(u_y - clip(pred, 0, 1))^2``; ``span * sqrt(mse)`` in the label's units.
+* ``r2`` (linear ``within`` compares it): the squared error; ``E u_y`` and ``E u_y^2`` are
+  reused from the I-projection measurements (free); ``1 - mse / (E u_y^2 - (E u_y)^2)``.
+* ``auc``: not testable (``E505`` at plan time), see below.
+
+AUC is a pairwise statistic (the fraction of (positive, negative) row pairs the model orders
+correctly), not the average of a per-row function: replacing one row moves it by up to
+``1 / (n min(P(y = 1), P(y = 0)))``, which depends on the private class balance, so it has no
+sensitivity computable from the public spec and cannot be measured by a calibrated query.
 
 * ``within t``: the metric a user sees on the synthetic table (trained and evaluated there) is
-  within ``t`` of the same model's metric on the real table. Logistic: accuracy. Linear: RMSE in
-  the label's original units (a monotone function of the measured mean squared error).
-* ``accuracy >= a`` / ``rmse <= r``: a bound on the real-table metric.
+  within ``t`` of the same model's metric on the real table.
+* ``metric OP b``: a bound on the real-table metric.
 
 Moment requirements (corr / mean / count) spend nothing more: they reuse the I-projection's
 measurements (post-processing) and compare the noisy real value with the synthetic value after
@@ -16,12 +31,17 @@ post-processing; the sd comes from the delta method at the noisy answers.
 
 Verdicts (decision rule, documented for users): with ``[lo, hi]`` the ``z = 2`` sigma interval of
 the real quantity, ``pass`` when the requirement holds on the whole interval, ``fail`` when it
-fails on the whole interval, ``inconclusive`` otherwise (the threshold lies within ~2 sigma).
+fails on the whole interval, ``inconclusive`` otherwise (the threshold lies within ~2 sigma, or
+the value is undefined: the record's ``note`` says which).
 
 Where the excess-risk digest (Zhou et al. 2024, ``papers/excess_risk.md`` sec. 11.2-11.3) gives
-a bound, it is reported as a *bound*, with its assumptions and a ``vacuous`` flag: such
-end-to-end bounds are usually vacuous at realistic n, and they bound excess empirical *loss*
-of an exact ERM, not the accuracy of the sklearn fit.
+a bound, it is reported as a *bound* (``excess_risk_bound``), with its assumptions and a
+``vacuous`` flag: such end-to-end bounds are usually vacuous at realistic n, and they bound
+excess empirical *loss* of an exact ERM, not the accuracy of the sklearn fit.
+
+Plan time (no data; :func:`plan_diagnostics`): ``E505`` a metric that cannot be DP-tested;
+``W506`` a tolerance the planned budget cannot decide (``2 sd > t``) or a bound no table can meet;
+``W507`` requirements without post-processing measurements (never tested).
 """
 
 from __future__ import annotations
@@ -29,27 +49,45 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from dpql.diagnostics import Diagnostic, DiagnosticError
+from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import Domain, EncodedTable, NumericColumn
-from dpql.plan.exact import answer, design_matrix
+from dpql.plan.exact import answer_all, design_matrix
 from dpql.plan.ir import (
     ModelAccuracy,
     ModelRequirement,
+    Moment,
     Query,
     Requirement,
     Tolerance,
 )
 from dpql.plan.oracle import MeasurementOracle
-from dpql.plan.requirements import requirement_queries, requirement_value, value_sd
-from dpql.synth.iproj import IProjResult
+from dpql.plan.requirements import (
+    delta_method_sd,
+    predicted_error,
+    requirement_queries,
+    requirement_value,
+    value_sd,
+)
+
+if TYPE_CHECKING:  # jax stays out of plan-time imports
+    from dpql.synth.iproj import IProjResult
 
 PHASE = "accept"
 Z = 2.0
-ACCEPT_METRICS: dict[str, tuple[str, ...]] = {"logistic": ("accuracy",), "linear": ("rmse",)}
+ACCEPT_METRICS: dict[str, tuple[str, ...]] = {
+    "logistic": ("accuracy", "f1"),
+    "linear": ("rmse", "r2"),
+}
+WITHIN_METRIC: dict[str, str] = {"logistic": "accuracy", "linear": "r2"}
+UNTESTABLE: dict[str, str] = {
+    "auc": "AUC is a pairwise statistic over (positive, negative) rows, not an average of a "
+    "per-row function: one row moves it by up to 1/(n min(P(y=1), P(y=0))), which depends on "
+    "the private class balance, so no public sensitivity calibrates its noise",
+}
 
 Verdict = Literal["pass", "fail", "inconclusive"]
 
@@ -66,7 +104,7 @@ def _interval_verdict(lo: float, hi: float, holds: Any) -> Verdict:
 
 def within_verdict(gap: float, sigma: float, t: float, z: float = Z) -> Verdict:
     """``|observed gap| <= t`` with the gap known to +- z sigma."""
-    if not math.isfinite(gap):
+    if not (math.isfinite(gap) and math.isfinite(sigma)):
         return "inconclusive"
     g = abs(gap)
     return _interval_verdict(max(g - z * sigma, 0.0), g + z * sigma, lambda v: v <= t)
@@ -74,24 +112,179 @@ def within_verdict(gap: float, sigma: float, t: float, z: float = Z) -> Verdict:
 
 def bound_verdict(lo: float, hi: float, op: str, bound: float) -> Verdict:
     """``value OP bound`` for a value known to lie in [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "inconclusive"
     ops = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
     return _interval_verdict(lo, hi, lambda v: ops[op](v, bound))
 
 
-def plan_diagnostics(req: Requirement) -> list[Diagnostic]:
-    """Plan-time check (no data): can the requirement's tolerance be DP-tested here?"""
+def tolerance_text(t: Tolerance) -> str:
+    """The tolerance as written in the DSL (``within 0.02``, ``accuracy >= 0.8``)."""
+    if t.within is not None:
+        return f"within {t.within:g}"
+    return f"{t.metric} {t.op} {t.bound:g}" if t.bound is not None else "-"
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan time (public spec only)
+
+
+def tested_metric(req: ModelRequirement) -> str:
+    """The metric a model requirement's test measures (``within``: accuracy / R^2)."""
+    return req.tolerance.metric or WITHIN_METRIC[req.model]
+
+
+def acceptance_queries(req: Requirement) -> int:
+    """Scalar queries a requirement adds to the ``accept`` release (0 for moment requirements;
+    f1 needs two; R^2's label moments come from the I-projection measurements)."""
+    if not isinstance(req, ModelRequirement):
+        return 0
+    return 2 if tested_metric(req) == "f1" else 1
+
+
+# Uniform-prior planning values of each metric's parts (labels uniform, a model no better than
+# chance): accuracy 1/2, TP 1/4; u_y ~ U[0, 1] predicted by 1/2: mse = Var = 1/12, E u = 1/2,
+# E u^2 = 1/3 (R^2 = 0).
+_PRIOR_PARTS: dict[str, tuple[float, ...]] = {
+    "accuracy": (0.5,),
+    "f1": (0.5, 0.25),
+    "rmse": (1 / 12,),
+    "r2": (1 / 12, 0.5, 1 / 3),
+}
+
+
+def metric_value(metric: str, parts: Sequence[float], span: float = 1.0) -> float:
+    """A test metric from the answers of its parts (table in the module docstring); NaN where
+    undefined (no positive row and no positive prediction; a constant label)."""
+    if metric == "accuracy":
+        return float(parts[0])
+    if metric == "rmse":
+        return span * math.sqrt(min(max(float(parts[0]), 0.0), 1.0))
+    if metric == "f1":
+        acc, tp = parts
+        d = 1.0 + 2.0 * tp - acc
+        return float(2.0 * tp / d) if d > 0 else math.nan
+    if metric == "r2":
+        mse, mean, square = parts
+        var = square - mean * mean
+        return float(1.0 - mse / var) if var > 0 else math.nan
+    raise ValueError(f"no DP test for metric {metric!r}")
+
+
+def _label_span(req: ModelRequirement, domain: Domain) -> float:
+    col = domain[req.label]
+    return col.span if isinstance(col, NumericColumn) else 1.0
+
+
+def predicted_sd(
+    req: Requirement, sigma_measure: float, sigma_test: float, domain: Domain
+) -> float:
+    """Predicted sd of the DP value a requirement is judged on (its tolerance's units).
+
+    Moment requirements: :func:`dpql.plan.requirements.predicted_error` at the I-projection's
+    per-measure ``sigma_measure``. Model requirements: the test metric's sd by the delta method
+    at the uniform-prior parts (:data:`_PRIOR_PARTS`), measured parts at ``sigma_test`` (the
+    ``accept`` release), reused label moments at ``sigma_measure``. Accuracy: ``sigma_test``.
+    NaN for a metric with no DP test.
+    """
+    if not isinstance(req, ModelRequirement):
+        return predicted_error(req, sigma_measure, domain)
+    metric = tested_metric(req)
+    if metric not in ACCEPT_METRICS[req.model]:
+        return math.nan
+    parts = _PRIOR_PARTS[metric]
+    sigmas = [sigma_test] * acceptance_queries(req)
+    sigmas += [sigma_measure] * (len(parts) - len(sigmas))
+    span = _label_span(req, domain)
+    return delta_method_sd(lambda p: metric_value(metric, p, span), parts, sigmas)
+
+
+_RANGES: dict[str, tuple[float, float]] = {
+    "accuracy": (0.0, 1.0),
+    "f1": (0.0, 1.0),
+    "r2": (-math.inf, 1.0),
+    "rmse": (0.0, math.inf),
+}
+
+
+def bound_can_hold(req: Requirement, domain: Domain) -> bool:
+    """False when ``metric OP b`` holds on no table (``accuracy > 1``, ``rmse < 0``, ...)."""
     t = req.tolerance
+    if not isinstance(req, ModelRequirement) or t.bound is None or t.metric not in _RANGES:
+        return True
+    lo, hi = _RANGES[t.metric]
+    if t.metric == "rmse":
+        hi = _label_span(req, domain)
+    b = t.bound
+    return {">=": b <= hi, ">": b < hi, "<=": b >= lo, "<": b > lo}.get(t.op or "", True)
+
+
+def plan_diagnostics(
+    req: Requirement,
+    *,
+    predicted: float | None = None,
+    smallest_epsilon: float | None = None,
+    measured: bool = True,
+    bound_ok: bool = True,
+    pos: SourcePos | None = None,
+) -> list[Diagnostic]:
+    """Plan-time check of one requirement (no data): can its tolerance be DP-tested here?
+
+    ``E505``: a metric with no bounded-sensitivity test (:data:`UNTESTABLE`). ``W506``: at the
+    planned budget the test's ``Z sd`` exceeds a ``within`` tolerance (the verdict will most
+    likely be inconclusive), or the bound holds on no table (``bound_ok`` False). ``W507``: the
+    release has no post-processing measurements, so the requirement is never tested.
+    """
+    t = req.tolerance
+    name = f"requirement '{req.text}'" if req.text else "the requirement"
     if isinstance(req, ModelRequirement) and t.metric is not None:
         if t.metric not in ACCEPT_METRICS[req.model]:
+            why = UNTESTABLE.get(t.metric, "it is not an average of a per-row function")
             ok = ", ".join(ACCEPT_METRICS[req.model])
             return [
                 Diagnostic(
                     "E505",
-                    f"'{t.metric}' of a {req.model} model cannot be measured by one counting "
-                    "query, so it cannot be DP-tested",
-                    hint=f"use 'within t' or a bound on: {ok}",
+                    f"{name}: '{t.metric}' of a {req.model} model cannot be DP-tested: {why}",
+                    pos,
+                    f"use 'within t' or a bound on: {ok}",
                 )
             ]
+    if not measured:
+        return [
+            Diagnostic(
+                "W507",
+                f"{name} is not tested: the release has no post-processing measurements",
+                pos,
+                "add `postprocess: {method: iproj, share: 0.2}` to measure and test requirements",
+                "warning",
+            )
+        ]
+    if not bound_ok:
+        return [
+            Diagnostic(
+                "W506",
+                f"{name}: '{tolerance_text(t)}' holds on no table, so the test always fails",
+                pos,
+                "check the bound's direction and value",
+                "warning",
+            )
+        ]
+    if t.within is not None and predicted is not None and not Z * predicted <= t.within:
+        if smallest_epsilon is not None and math.isfinite(smallest_epsilon):
+            hint = f"raise privacy.epsilon to at least {smallest_epsilon:.3g}"
+        else:
+            hint = "no budget up to epsilon 1000 reaches it"
+        spread = f"{Z * predicted:.2g}" if math.isfinite(predicted) else "unbounded"
+        return [
+            Diagnostic(
+                "W506",
+                f"{name}: the DP measurement's {Z:g} sd ({spread}) exceeds the tolerance "
+                f"{t.within:g}, so its verdict will likely be inconclusive",
+                pos,
+                f"{hint} (or postprocess.share), or loosen the tolerance to {spread}",
+                "warning",
+            )
+        ]
     return []
 
 
@@ -135,50 +328,129 @@ def fit_model(req: ModelRequirement, table: EncodedTable, *, seed: int = 0) -> M
     )
 
 
+def true_positive_query(q: ModelAccuracy) -> ModelAccuracy:
+    """Per row ``1{pred = y = positive}`` (positive: label code 1) of a binary logistic model,
+    as a :class:`~dpql.plan.ir.ModelAccuracy` (values in {0, 1}: sensitivity 1/n).
+
+    The label's one-hot joins the design; on negative rows it adds ``big`` (more than any score
+    gap: ``|score| <= sum |coef| + sum |intercept|`` as design entries lie in [0, 1]) to the
+    positive class, so the prediction is positive and never equals y; positive rows keep the
+    model's prediction, so they count exactly when it is positive.
+    """
+    W = np.asarray(q.coef, dtype=np.float64)
+    b = np.asarray(q.intercept, dtype=np.float64)
+    if W.shape[0] != 2:
+        raise ValueError("f1 needs a binary label")
+    big = 1.0 + 2.0 * (float(np.abs(W).sum()) + float(np.abs(b).sum()))
+    extra = np.array([[0.0, 0.0], [big, 0.0]])  # row: class; column: label code 0, 1
+    W2 = np.hstack([W, extra])
+    return ModelAccuracy(
+        "logistic",
+        (*q.features, q.label),
+        q.label,
+        tuple(tuple(float(v) for v in r) for r in W2),
+        q.intercept,
+    )
+
+
+def label_moments(req: ModelRequirement) -> tuple[Moment, Moment]:
+    """``E u_y`` and ``E u_y^2`` of a linear requirement's label (its I-projection measures)."""
+    return Moment((req.label,)), Moment((req.label, req.label))
+
+
+@dataclass(frozen=True, eq=False)
+class ModelTest:
+    """One model requirement's test: the model fitted on the synthetic table and the queries
+    behind its metric, in :data:`_PRIOR_PARTS` order: ``measured`` ones go into the ``accept``
+    release, ``reused`` ones are read from the I-projection measurements."""
+
+    req: ModelRequirement
+    metric: str
+    fitted: ModelAccuracy
+    measured: tuple[Query, ...]
+    reused: tuple[Query, ...]
+
+    @property
+    def parts(self) -> tuple[Query, ...]:
+        return self.measured + self.reused
+
+    def synthetic_value(self, table: EncodedTable) -> float:
+        """The metric on a synthetic table (exact; public)."""
+        answers = [float(np.ravel(a)[0]) for a in answer_all(list(self.parts), table)]
+        return metric_value(self.metric, answers, _label_span(self.req, table.domain))
+
+
+def build_test(
+    req: ModelRequirement,
+    table: EncodedTable,
+    *,
+    evidence: IProjResult | None = None,
+    seed: int = 0,
+) -> ModelTest:
+    """Fit the model on ``table`` and list the queries of its metric. R^2's label moments are
+    reused from ``evidence`` when it measured them, else they join the ``accept`` release."""
+    metric = tested_metric(req)
+    if metric not in ACCEPT_METRICS[req.model]:
+        raise DiagnosticError(plan_diagnostics(req))
+    fitted = fit_model(req, table, seed=seed)
+    measured: tuple[Query, ...] = (fitted,)
+    reused: tuple[Query, ...] = ()
+    if metric == "f1":
+        measured += (true_positive_query(fitted),)
+    if metric == "r2":
+        moments = label_moments(req)
+        have = evidence is not None and all(m in evidence.queries for m in moments)
+        if have:
+            reused = moments
+        else:
+            measured += moments
+    return ModelTest(req, metric, fitted, measured, reused)
+
+
 @dataclass(frozen=True)
 class RiskBound:
-    """A certified bound on excess empirical loss (NOT accuracy), excess_risk.md sec. 11.2-11.3."""
+    """A certified upper bound on excess empirical loss (NOT accuracy), excess_risk.md
+    sec. 11.2-11.3; ``vacuous`` when it is no better than the trivial bound."""
 
     value: float
     a: float
     rho: float
     vacuous: bool
     assumptions: str
+    source: str = "Zhou et al. 2024, excess_risk.md sec. 11.2-11.3"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "upper bound", **asdict(self)}
 
 
 @dataclass(frozen=True)
 class ModelAcceptance:
+    """A model requirement's DP test. ``real_noisy`` +- ``sigma``: the metric of the model
+    fitted on the released table, measured on the real one; ``synthetic_before`` /
+    ``synthetic_after``: the metric of the model fitted and evaluated on the table before /
+    after post-processing (public)."""
+
     requirement: str
-    model: str
+    kind: str
     metric: str
-    synthetic: float
-    real: float
+    real_noisy: float
     sigma: float
-    rho: float
+    synthetic_before: float
+    synthetic_after: float
     tolerance: Tolerance
     verdict: Verdict
-    bound: RiskBound | None = None
+    rho: float
+    excess_risk_bound: RiskBound | None = None
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["real"], out["synthetic"] = _num(self.real), _num(self.synthetic)
-        out["kind"] = "model"
+        for k in ("real_noisy", "sigma", "synthetic_before", "synthetic_after"):
+            out[k] = _num(getattr(self, k))
+        out["excess_risk_bound"] = (
+            self.excess_risk_bound.to_json() if self.excess_risk_bound is not None else None
+        )
         return out
-
-
-def _metric_interval(
-    q: ModelAccuracy, value: float, sigma: float, domain: Domain, z: float
-) -> tuple[float, float, float]:
-    """(point, lo, hi) of the user-facing metric from the measured per-row mean."""
-    lo, hi = value - z * sigma, value + z * sigma
-    if q.model == "logistic":
-        return value, lo, hi
-    span = domain[q.label].span  # type: ignore[union-attr]
-
-    def rmse(m: float) -> float:
-        return span * math.sqrt(min(max(m, 0.0), 1.0))
-
-    return rmse(value), rmse(lo), rmse(hi)
 
 
 def _margin(q: ModelAccuracy, domain: Domain, cls: int) -> tuple[np.ndarray, float, float]:
@@ -210,8 +482,9 @@ def _even_quadratic(a: float) -> tuple[float, float]:
     if a <= 0:
         return 0.125, 0.0
 
-    def g(t: float) -> float:
-        return math.log(2 * math.cosh(math.sqrt(t) / 2))
+    def g(t: float) -> float:  # log(2 cosh(x)) = x + log1p(exp(-2x)), x >= 0: no overflow
+        x = math.sqrt(t) / 2
+        return x + math.log1p(math.exp(-2 * x))
 
     q2 = (g(a * a) - g(0.0)) / (a * a)
     lo, hi = 0.0, a * a  # g'(t) = tanh(sqrt t / 2) / (4 sqrt t), decreasing
@@ -261,9 +534,10 @@ def excess_risk_bound(
         rho=rho,
         vacuous=bool(value >= trivial),
         assumptions=(
-            f"excess empirical {'logistic' if req.model == 'logistic' else 'squared'} loss on "
-            f"the real table of an exact ERM over models with ||(theta,b)||_1 <= {big_a:.3g} "
-            f"(margin <= {a:.3g}); probability {1 - beta:g}; not the accuracy of the sklearn fit"
+            f"upper bound on the excess empirical "
+            f"{'logistic' if req.model == 'logistic' else 'squared'} loss on the real table of "
+            f"an exact ERM over models with ||(theta,b)||_1 <= {big_a:.3g} (margin <= {a:.3g}); "
+            f"probability {1 - beta:g}; not the accuracy of the sklearn fit"
         ),
     )
 
@@ -275,62 +549,140 @@ def accept_models(
     rho: float,
     *,
     evidence: IProjResult | None = None,
+    before: EncodedTable | None = None,
     z: float = Z,
     seed: int = 0,
 ) -> list[ModelAcceptance]:
-    """Fit every model on the synthetic ``table``, then measure all their metrics on the real
-    table in ONE Gaussian release at ``rho``-zCDP (T counting queries of sensitivity 1/n: sigma =
-    sqrt(T)/n / sqrt(2 rho)), and decide each tolerance (module docstring)."""
+    """Fit every model on the synthetic ``table``, then measure all their tests' queries on the
+    real table in ONE Gaussian release at ``rho``-zCDP (T scalar queries of sensitivity 1/n:
+    sigma = sqrt(T)/n / sqrt(2 rho)), and decide each tolerance (module docstring). ``before``:
+    the table before post-processing, for ``synthetic_before`` (NaN without it)."""
     if not reqs:
         return []
-    diags = [d for r in reqs for d in plan_diagnostics(r)]
+    diags = [d for r in reqs for d in plan_diagnostics(r) if d.severity == "error"]
     if diags:
         raise DiagnosticError(diags)
-    qs = [fit_model(r, table, seed=seed) for r in reqs]
+    table = finite_rows(table, [c for r in reqs for c in (*r.features, r.label)])
+    tests = [build_test(r, table, evidence=evidence, seed=seed) for r in reqs]
+    queries = [q for t in tests for q in t.measured]
     label = "; ".join(r.text or f"{r.model}({r.label})" for r in reqs)
-    real = oracle.measure(qs, rho, phase=PHASE, label=label)
-    sigma = (math.sqrt(len(qs)) / oracle.n) / math.sqrt(2 * rho)
-    return [
-        _model_verdict(r, q, table, float(np.ravel(v)[0]), sigma, rho, evidence, z)
-        for r, q, v in zip(reqs, qs, real, strict=True)
-    ]
+    real = [float(np.ravel(v)[0]) for v in oracle.measure(queries, rho, phase=PHASE, label=label)]
+    sigma = (math.sqrt(len(queries)) / oracle.n) / math.sqrt(2 * rho)
+    out, i = [], 0
+    for t in tests:
+        measured = real[i : i + len(t.measured)]
+        i += len(t.measured)
+        reused, reused_sigma = _reused(t, evidence)
+        prior = _before_value(t.req, before, seed) if before is not None else math.nan
+        out.append(
+            _model_verdict(
+                t,
+                table,
+                measured + reused,
+                [sigma] * len(measured) + [reused_sigma] * len(reused),
+                rho,
+                prior,
+                evidence,
+                z,
+            )
+        )
+    return out
+
+
+def finite_rows(table: EncodedTable, columns: Sequence[str]) -> EncodedTable:
+    """The rows whose ``columns`` have finite scaled values (a synthesizer may emit NaN;
+    post-processing gives such rows weight 0, so a model is never fitted on them)."""
+    ok = np.ones(table.n, dtype=bool)
+    for c in columns:
+        if c in table.scaled:
+            ok &= np.isfinite(table.scaled[c])
+    if ok.all():
+        return table
+    return EncodedTable(
+        table.domain,
+        {k: v[ok] for k, v in table.codes.items()},
+        {k: v[ok] for k, v in table.scaled.items()},
+    )
+
+
+def _before_value(req: ModelRequirement, before: EncodedTable, seed: int) -> float:
+    """The metric of the model fitted and evaluated on the table before post-processing."""
+    table = finite_rows(before, (*req.features, req.label))
+    if table.n == 0:
+        return math.nan
+    return build_test(req, table, seed=seed).synthetic_value(table)
+
+
+def _reused(t: ModelTest, evidence: IProjResult | None) -> tuple[list[float], float]:
+    if not t.reused or evidence is None:
+        return [], 0.0
+    pos = {q: i for i, q in enumerate(evidence.queries)}
+    return [float(evidence.noisy[pos[q]]) for q in t.reused], evidence.sigma
+
+
+def _metric_interval(
+    t: ModelTest, parts: Sequence[float], sigmas: Sequence[float], domain: Domain, z: float
+) -> tuple[float, float, float, float]:
+    """(point, sd, lo, hi) of the test metric from its noisy parts: exact for accuracy and rmse
+    (increasing in their one part), delta method for f1 and R^2."""
+    span = _label_span(t.req, domain)
+
+    def value(p: Sequence[float]) -> float:
+        return metric_value(t.metric, p, span)
+
+    point = value(parts)
+    if len(parts) == 1:
+        lo, hi = value([parts[0] - z * sigmas[0]]), value([parts[0] + z * sigmas[0]])
+        return point, (hi - lo) / (2 * z), lo, hi
+    sd = delta_method_sd(value, parts, sigmas) if math.isfinite(point) else math.nan
+    return point, sd, point - z * sd, point + z * sd
 
 
 def _model_verdict(
-    req: ModelRequirement,
-    q: ModelAccuracy,
+    t: ModelTest,
     table: EncodedTable,
-    measured: float,
-    sigma: float,
+    parts: Sequence[float],
+    sigmas: Sequence[float],
     rho: float,
+    before: float,
     evidence: IProjResult | None,
     z: float,
 ) -> ModelAcceptance:
-    domain = table.domain
-    syn, _, _ = _metric_interval(q, float(answer(q, table)[0]), 0.0, domain, z)
-    point, lo, hi = _metric_interval(q, measured, sigma, domain, z)
-    t = req.tolerance
-    if t.within is not None:
-        within = t.within
+    syn = t.synthetic_value(table)
+    point, sd, lo, hi = _metric_interval(t, parts, sigmas, table.domain, z)
+    tol = t.req.tolerance
+    note = ""
+    if not math.isfinite(point):
+        verdict: Verdict = "inconclusive"
+        note = f"{t.metric} is undefined on the noisy answers (no positive row / constant label)"
+    elif not math.isfinite(syn) and tol.within is not None:
+        verdict = "inconclusive"
+        note = f"{t.metric} is undefined on the synthetic table (constant label / no positive)"
+    elif tol.within is not None:
+        within = tol.within
         gap_lo, gap_hi = sorted((abs(syn - lo), abs(syn - hi)))
         if lo <= syn <= hi:
             gap_lo = 0.0
         verdict = _interval_verdict(gap_lo, gap_hi, lambda v: v <= within)
-    elif t.op is not None and t.bound is not None:
-        verdict = bound_verdict(lo, hi, t.op, t.bound)
+    elif tol.op is not None and tol.bound is not None:
+        verdict = bound_verdict(lo, hi, tol.op, tol.bound)
     else:
         verdict = "inconclusive"
     return ModelAcceptance(
-        requirement=req.text,
-        model=req.model,
-        metric="accuracy" if req.model == "logistic" else "rmse",
-        synthetic=syn,
-        real=point,
-        sigma=sigma if req.model == "logistic" else (hi - lo) / (2 * z),
-        rho=rho,
-        tolerance=t,
+        requirement=t.req.text,
+        kind=t.req.model,
+        metric=t.metric,
+        real_noisy=point,
+        sigma=sd,
+        synthetic_before=before,
+        synthetic_after=syn,
+        tolerance=tol,
         verdict=verdict,
-        bound=excess_risk_bound(req, q, evidence) if evidence is not None else None,
+        rho=rho,
+        excess_risk_bound=(
+            excess_risk_bound(t.req, t.fitted, evidence) if evidence is not None else None
+        ),
+        note=note,
     )
 
 
@@ -340,6 +692,9 @@ def _model_verdict(
 
 @dataclass(frozen=True)
 class MomentAcceptance:
+    """A corr / mean / count requirement: the noisy real value (+- ``sigma``, delta method) vs
+    the synthetic value before and after post-processing."""
+
     requirement: str
     kind: str
     real_noisy: float
@@ -368,39 +723,51 @@ def _kind(req: Requirement) -> str:
     return type(req).__name__.removesuffix("Requirement").lower()
 
 
-def _unmeasured(req: Requirement, note: str) -> MomentAcceptance:
+def _unmeasured(req: Requirement, note: str) -> MomentAcceptance | ModelAcceptance:
     nan = math.nan
+    if isinstance(req, ModelRequirement):
+        metric = tested_metric(req)
+        return ModelAcceptance(
+            req.text, req.model, metric, nan, nan, nan, nan, req.tolerance, "inconclusive", 0.0,
+            None, note,
+        )  # fmt: skip
     return MomentAcceptance(
         req.text, _kind(req), nan, nan, nan, nan, req.tolerance, "inconclusive", note
     )
 
 
 def accept_moment(req: Requirement, evidence: IProjResult, *, z: float = Z) -> MomentAcceptance:
-    """Noisy real value vs synthetic values before / after post-processing, and the verdict."""
+    """Noisy real value vs synthetic values before / after post-processing, and the verdict.
+
+    Undefined values (a zero variance, an empty condition) give ``inconclusive`` with a note,
+    on either side: the noisy answers or the synthetic table.
+    """
     d, qs = evidence.table.domain, evidence.queries
     missing = [qq for qq in requirement_queries(req, d) if qq not in qs]
     if missing or evidence.noisy.shape[0] != len(qs):
-        return _unmeasured(req, "the requirement's moments were not measured")
+        out = _unmeasured(req, "the requirement's moments were not measured")
+        assert isinstance(out, MomentAcceptance)
+        return out
     real = _value(req, evidence.noisy, qs, d)
     sd = (
         value_sd(req, dict(zip(qs, evidence.noisy.tolist(), strict=True)), evidence.sigma, d)
         if math.isfinite(real)
         else math.nan
     )
+    before = _value(req, evidence.before, qs, d)
     after = _value(req, evidence.after, qs, d)
     t = req.tolerance.within
     verdict: Verdict = "inconclusive" if t is None else within_verdict(after - real, sd, t, z)
-    note = "" if math.isfinite(real) else "undefined on the noisy answers (zero variance / no row)"
+    notes = []
+    if not math.isfinite(real):
+        notes.append("undefined on the noisy answers (zero variance / no row)")
+    if not math.isfinite(after):
+        notes.append("undefined on the synthetic table after post-processing (a constant "
+                     "column / no row matches)")  # fmt: skip
+    elif not math.isfinite(before):
+        notes.append("undefined on the synthetic table before post-processing")
     return MomentAcceptance(
-        req.text,
-        _kind(req),
-        real,
-        sd,
-        _value(req, evidence.before, qs, d),
-        after,
-        req.tolerance,
-        verdict,
-        note,
+        req.text, _kind(req), real, sd, before, after, req.tolerance, verdict, "; ".join(notes)
     )
 
 
@@ -411,6 +778,7 @@ def acceptance_report(
     rho_models: float,
     evidence: IProjResult | None,
     *,
+    before: EncodedTable | None = None,
     z: float = Z,
     seed: int = 0,
 ) -> list[ModelAcceptance | MomentAcceptance]:
@@ -418,7 +786,11 @@ def acceptance_report(
     ``rho_models``; moment requirements reuse ``evidence`` (no budget)."""
     models = [r for r in reqs if isinstance(r, ModelRequirement)]
     fitted = iter(
-        accept_models(models, table, oracle, rho_models, evidence=evidence, z=z, seed=seed)
+        accept_models(
+            models, table, oracle, rho_models, evidence=evidence, before=before, z=z, seed=seed
+        )
+        if models and rho_models > 0
+        else [_unmeasured(r, "no budget for the acceptance test") for r in models]
     )
     out: list[ModelAcceptance | MomentAcceptance] = []
     for r in reqs:
@@ -442,6 +814,10 @@ class PostprocessOutcome:
     def requirements_json(self) -> list[dict[str, Any]]:
         return [a.to_json() for a in self.acceptance]
 
+    def summary_json(self) -> dict[str, Any]:
+        """The provenance record's ``postprocess`` section (DP outputs and public values)."""
+        return {"method": "iproj", **self.iproj.to_json()}
+
     def to_json(self) -> dict[str, Any]:
         return {"iproj": self.iproj.to_json(), "requirements": self.requirements_json()}
 
@@ -454,7 +830,8 @@ def run_postprocess(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> PostprocessOutcome:
     """The compile step after synthesis: measure the plan's requirement measures (phase
-    ``iproj.measure``), I-project, resample, then the acceptance tests (phase ``accept``, budget
+    ``iproj.measure``), I-project, resample (the external synthesizer's ``rows`` when set, else
+    as many rows as the input), then the acceptance tests (phase ``accept``, budget
     ``plan.phase_rho["accept.test"]``). ``plan`` is a :class:`dpql.plan.planner.ReleasePlan`."""
     from dpql.synth.iproj import iproject, measure
 
@@ -467,11 +844,13 @@ def run_postprocess(
         plan.measures.queries, oracle, plan.phase_rho["iproj.measure"], label="requirements"
     )
     tick(1)
-    result = iproject(table, measurement, seed=seed)
+    spec = getattr(plan, "spec", None)
+    rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
+    result = iproject(table, measurement, seed=seed, rows=rows)
     tick(2)
     acceptance = acceptance_report(
         plan.requirements, result.table, oracle, plan.phase_rho.get("accept.test", 0.0), result,
-        seed=seed,
+        before=table, seed=seed,
     )  # fmt: skip
     tick(3)
     return PostprocessOutcome(result.table, result, tuple(acceptance))
@@ -486,6 +865,6 @@ def postprocess_and_accept(
 ) -> tuple[EncodedTable, list[dict[str, Any]]]:
     """:func:`run_postprocess` as (table, requirement JSON list). The I-projection summary
     (lambda, projection distance, KKT violation, sampling seed) is in ``run_postprocess(...)
-    .to_json()["iproj"]``."""
+    .summary_json()``, which ``dpql compile`` writes to the record's ``postprocess`` section."""
     out = run_postprocess(plan, oracle, table, seed, progress)
     return out.table, out.requirements_json()

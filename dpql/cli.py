@@ -110,19 +110,35 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out.print(bt)
     out.print(f"allocated rho {_fmt(plan.table.total_rho, 6)} of {_fmt(b.rho, 6)}")
     if plan.requirement_plans:
-        rt = Table(title="Requirements (predicted error of the DP measurement)")
-        for col in ("requirement", "predicted sd", "tolerance", "reachable", "smallest epsilon"):
+        from dpql.accept import tolerance_text
+
+        rt = Table(title="Requirements (predicted error of the DP measurement they are tested on)")
+        for col in (
+            "requirement",
+            "tested on",
+            "predicted sd",
+            "tolerance",
+            "reachable",
+            "smallest epsilon",
+            "check",
+        ):
             rt.add_column(col)
         for r in plan.requirement_plans:
             reach = "-" if r.reachable is None else ("yes" if r.reachable else "no")
             rt.add_row(
                 r.requirement.text,
+                r.metric,
                 _fmt(r.predicted_sd),
-                _fmt(r.tolerance),
+                tolerance_text(r.requirement.tolerance),
                 reach,
                 _fmt(r.smallest_epsilon),
+                ", ".join(d.code for d in r.diagnostics) or "ok",
             )
         out.print(rt)
+        out.print(
+            "[dim]reachable: 2 sd <= tolerance, so the DP test can decide it; whether the "
+            "synthetic table meets it is known after compile[/]"
+        )
     out.print(f"[dim]planned in {time.perf_counter() - t:.2f} s; no data was read[/]")
     return EXIT_OK
 
@@ -208,8 +224,18 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"fit vs noisy measurements: mean |err| {_fmt(synth['mean_abs_error_vs_noisy'])}, "
             f"max {_fmt(synth['max_abs_error_vs_noisy'])}"
         )
+    post = rec.get("postprocess") or {}
+    for d in post.get("diagnostics", []):
+        err.print(f"post-processing {d['severity']}[{d['code']}]: {d['message']}", markup=False)
     for r in rec.get("requirements", []):
-        out.print(f"requirement {r.get('requirement')}: {r.get('verdict')}")
+        what = f" {r['metric']}" if "metric" in r else ""
+        out.print(
+            f"requirement {r.get('requirement')}: {r.get('verdict')} (real{what} "
+            f"{_fmt(r.get('real_noisy'))} +- {_fmt(r.get('sigma'), 2)}; synthetic "
+            f"{_fmt(r.get('synthetic_before'))} -> {_fmt(r.get('synthetic_after'))})"
+            + (f" [{r['note']}]" if r.get("note") else ""),
+            markup=False,
+        )
     out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
     return EXIT_OK
 

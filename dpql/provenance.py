@@ -1,16 +1,25 @@
 """Provenance records: what was released, under which spec, at what privacy cost.
 
-A record (JSON, schema ``spec/provenance.schema.json``, version :data:`RECORD_VERSION`) holds the
-dpql and dependency versions, the normalised spec and its sha256, the plan's sha256, every
-privacy-ledger event, the total (epsilon, delta) *recomputed from the events* by the accountant
-(dp-accounting), the synthesizer's settings and fit metrics (computed against noisy
-measurements only), the requirement reports, the output's sha256 and row count, and timings.
+A record (JSON, schema ``spec/provenance.schema.json`` generated from :func:`record_schema`,
+version :data:`RECORD_VERSION`) holds the dpql and dependency versions, the normalised spec and
+its sha256, the plan's sha256, every privacy-ledger event, the total (epsilon, delta)
+*recomputed from the events* by the accountant (dp-accounting), the synthesizer's settings and
+fit metrics (computed against noisy measurements only), the I-projection summary
+(``postprocess``: solver, iterations, KKT violation, projection distance, the measures with
+their noisy answers, denoised targets and synthetic values before / after; Wang et al. 2023),
+the requirement reports (``requirements``: per requirement the noisy real value, its sd, the
+tolerance, the synthetic value before / after post-processing and the verdict; for model tests
+also the metric, the test's rho and the excess-risk *bound* of Zhou et al. 2024 where one
+applies; see :mod:`dpql.accept`), the output's sha256 and row count, and timings.
 
 Nothing in a record is derived from private data except DP outputs (ledger events carry only
 public calibration values). The curator-only facts (true row count, clip counts, the data
-file's hash) go to a separate ``*.curator.json`` that must not be published.
+file's hash) go to a separate ``*.curator.json`` that must not be published. The schema forbids
+unknown keys, so a field added without a schema change fails ``dpql verify``.
 
-``verify_record`` recomputes the accounting and the hashes; any mismatch is reported.
+``verify_record`` validates the record against the schema, recomputes the accounting and the
+hashes; any mismatch is reported. Version history: 1 (no ``postprocess`` section, model tests
+reported as ``real`` / ``synthetic``), 2 (this layout).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from dpql import __version__
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 DEPENDENCIES = ("jax", "jaxlib", "optax", "dp-accounting", "numpy", "pandas", "lark", "pydantic")
 EPS_TOLERANCE = 1e-9
 
@@ -70,8 +79,14 @@ def build_record(
     output_rows: int,
     timings: Mapping[str, float],
     created: str,
+    postprocess: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Assemble a record; (epsilon, delta) spent is recomputed from the ledger here."""
+    """Assemble a record; (epsilon, delta) spent is recomputed from the ledger here.
+
+    ``requirements`` are :mod:`dpql.accept`'s reports, ``postprocess`` the I-projection summary
+    (``PostprocessOutcome.summary_json``; None without post-processing). Both hold DP outputs
+    and public values only.
+    """
     delta = float(budget["delta"])
     accounted = epsilon_from_events(ledger.events, delta)
     return {
@@ -90,7 +105,8 @@ def build_record(
             "events": [e.to_json() for e in ledger.events],
         },
         "synthesizer": dict(synthesizer),
-        "requirements": requirements,
+        "postprocess": dict(postprocess) if postprocess is not None else None,
+        "requirements": [dict(r) for r in requirements],
         "output": {
             "file": output_path.name,
             "sha256": sha256_file(output_path),
@@ -106,11 +122,31 @@ class VerifyProblem:
     message: str
 
 
+def schema_problems(record: Any, limit: int = 10) -> list[VerifyProblem]:
+    """``V003`` per place where ``record`` does not validate against :func:`record_schema`
+    (JSON Schema draft 2020-12), at most ``limit`` of them, deepest path first."""
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(
+        Draft202012Validator(record_schema()).iter_errors(record),
+        key=lambda e: (-len(e.absolute_path), list(map(str, e.absolute_path))),
+    )
+    out = []
+    for e in errors[:limit]:
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        out.append(VerifyProblem("V003", f"{where}: {e.message}"))
+    return out
+
+
 def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> list[VerifyProblem]:
-    """Recompute accounting and hashes of a record; an empty list means it verifies."""
+    """Validate a record against the schema, recompute its accounting and hashes; an empty
+    list means it verifies."""
     problems: list[VerifyProblem] = []
-    if record.get("dpql_provenance") != RECORD_VERSION:
+    if not isinstance(record, Mapping) or record.get("dpql_provenance") != RECORD_VERSION:
         return [VerifyProblem("V001", f"not a dpql provenance record of version {RECORD_VERSION}")]
+    invalid = schema_problems(record)
+    if invalid:
+        return invalid
     try:
         privacy = record["privacy"]
         events = [PrivacyEvent.from_json(e) for e in privacy["events"]]
@@ -150,3 +186,211 @@ def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> l
                 )
             )
     return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# The record's JSON Schema (``python -m dpql.spec.schema`` writes spec/provenance.schema.json)
+
+_NUMBER = {"type": "number"}
+_NULLABLE_NUMBER = {"type": ["number", "null"]}
+_NONNEG = {"type": "number", "minimum": 0}
+_VERDICT = {"enum": ["pass", "fail", "inconclusive"]}
+_SPEC_KEYS = ("dpql", "name", "data", "schema", "privacy", "workload", "synthesizer", "output")
+
+
+def _object(
+    properties: Mapping[str, Any], required: list[str] | None = None, *, closed: bool = True
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "object",
+        "properties": dict(properties),
+        "required": list(properties) if required is None else required,
+    }
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def _vector(description: str) -> dict[str, Any]:
+    return {"type": "array", "items": _NULLABLE_NUMBER, "description": description}
+
+
+def _defs() -> dict[str, Any]:
+    tolerance = _object(
+        {
+            "within": {"type": ["number", "null"], "exclusiveMinimum": 0},
+            "metric": {"type": ["string", "null"]},
+            "op": {"enum": ["<", "<=", ">", ">=", None]},
+            "bound": _NULLABLE_NUMBER,
+        }
+    )
+    common = {
+        "requirement": {"type": "string", "description": "The requirement's canonical DSL."},
+        "real_noisy": {
+            **_NULLABLE_NUMBER,
+            "description": "The DP-measured value on the real table (null: undefined).",
+        },
+        "sigma": {
+            **_NULLABLE_NUMBER,
+            "minimum": 0,
+            "description": "Standard deviation of real_noisy from the DP noise.",
+        },
+        "synthetic_before": {
+            **_NULLABLE_NUMBER,
+            "description": "The value on the synthetic table before post-processing.",
+        },
+        "synthetic_after": {
+            **_NULLABLE_NUMBER,
+            "description": "The value on the released (post-processed) table.",
+        },
+        "tolerance": {"$ref": "#/$defs/tolerance"},
+        "verdict": _VERDICT,
+        "note": {"type": "string", "description": "Why a verdict is inconclusive, if it is."},
+    }
+    moment = _object({**common, "kind": {"enum": ["corr", "mean", "count"]}})
+    risk_bound = _object(
+        {
+            "kind": {"const": "upper bound"},
+            "value": _NUMBER,
+            "a": _NONNEG,
+            "rho": _NONNEG,
+            "vacuous": {"type": "boolean"},
+            "assumptions": {"type": "string"},
+            "source": {"type": "string"},
+        }
+    )
+    model = _object(
+        {
+            **common,
+            "kind": {"enum": ["logistic", "linear"]},
+            "metric": {"enum": ["accuracy", "f1", "rmse", "r2"]},
+            "rho": {**_NONNEG, "description": "zCDP rho of the acceptance release it was in."},
+            "excess_risk_bound": {
+                "oneOf": [{"type": "null"}, {"$ref": "#/$defs/risk_bound"}],
+                "description": "A certified upper bound on excess empirical loss (not a "
+                "measurement, not accuracy); null where the paper gives none.",
+            },
+        }
+    )
+    event = _object(
+        {
+            "phase": {"type": "string"},
+            "mechanism": {"enum": ["gaussian", "gumbel_top_k", "dpsgd", "external"]},
+            "label": {"type": "string"},
+            "count": {"type": "integer", "minimum": 1},
+            "l2_sensitivity": _NONNEG,
+            "score_sensitivity": _NONNEG,
+            "noise_scale": _NONNEG,
+            "rho": _NONNEG,
+            "sampling_rate": _NONNEG,
+            "steps": {"type": "integer", "minimum": 1},
+            "noise_multiplier": _NONNEG,
+            "epsilon": _NONNEG,
+            "delta": _NONNEG,
+        },
+        ["phase", "mechanism", "label", "count"],
+    )
+    diagnostic = _object(
+        {
+            "code": {"type": "string", "pattern": "^[A-Z][0-9]{3}$"},
+            "severity": {"enum": ["error", "warning"]},
+            "message": {"type": "string"},
+            "hint": {"type": ["string", "null"]},
+            "file": {"type": ["string", "null"]},
+            "line": {"type": "integer"},
+            "col": {"type": "integer"},
+            "end_col": {"type": "integer"},
+        },
+        ["code", "severity", "message"],
+    )
+    postprocess = _object(
+        {
+            "method": {"const": "iproj"},
+            "solver": {"enum": ["newton", "stochastic"]},
+            "measures": {"type": "array", "items": {"type": "string"}},
+            "noise_sigma": {**_NONNEG, "description": "Per-measure Gaussian noise sd."},
+            "iterations": {"type": "integer", "minimum": 0},
+            "gamma": _NONNEG,
+            "projection_distance": {
+                **_NONNEG,
+                "description": "L2 distance from the noisy answers to what reweighting the "
+                "synthetic rows can reach (denoising step).",
+            },
+            "kkt_violation": _NONNEG,
+            "kl_from_synthetic": _NONNEG,
+            "effective_sample_size": _NONNEG,
+            "sampling_seed": {"type": "integer"},
+            "lambda": _vector("Dual variables, one per measure."),
+            "noisy": _vector("DP answers of the measures on the real table."),
+            "target": _vector("The noisy answers denoised onto the reachable set."),
+            "synthetic_before": _vector("The measures on the synthetic table before."),
+            "synthetic_after": _vector("The measures on the released table."),
+            "diagnostics": {"type": "array", "items": {"$ref": "#/$defs/diagnostic"}},
+        }
+    )
+    return {
+        "tolerance": tolerance,
+        "moment_requirement": moment,
+        "model_requirement": model,
+        "risk_bound": risk_bound,
+        "event": event,
+        "diagnostic": diagnostic,
+        "postprocess": postprocess,
+    }
+
+
+def record_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a provenance record of version :data:`RECORD_VERSION`.
+
+    Closed objects (no unknown keys) everywhere dpql writes the content; the ``spec`` (the
+    normalised release spec, see ``release.schema.json``) and ``synthesizer`` (backend
+    settings and fit metrics) sections are checked for their required keys only.
+    """
+    budget = _object({"epsilon": _NONNEG, "delta": _NONNEG, "rho": _NONNEG})
+    sha = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"dpql provenance record, version {RECORD_VERSION}",
+        "description": "Written by `dpql compile`, checked by `dpql verify` (dpql/provenance.py).",
+        **_object(
+            {
+                "dpql_provenance": {"const": RECORD_VERSION},
+                "dpql_version": {"type": "string"},
+                "dependencies": {"type": "object", "additionalProperties": {"type": "string"}},
+                "created": {"type": "string"},
+                "spec": _object({k: {} for k in _SPEC_KEYS}, closed=False),
+                "spec_sha256": sha,
+                "plan_sha256": sha,
+                "privacy": _object(
+                    {
+                        "budget": budget,
+                        "spent": budget,
+                        "accountant": {"type": "string"},
+                        "neighbouring": {"type": "string"},
+                        "events": {"type": "array", "items": {"$ref": "#/$defs/event"}},
+                    }
+                ),
+                "synthesizer": _object(
+                    {"method": {"enum": ["rap", "gan", "external"]}}, closed=False
+                ),
+                "postprocess": {
+                    "oneOf": [{"type": "null"}, {"$ref": "#/$defs/postprocess"}],
+                    "description": "The I-projection summary (null without post-processing).",
+                },
+                "requirements": {
+                    "type": "array",
+                    "items": {
+                        "oneOf": [
+                            {"$ref": "#/$defs/moment_requirement"},
+                            {"$ref": "#/$defs/model_requirement"},
+                        ]
+                    },
+                },
+                "output": _object(
+                    {"file": {"type": "string"}, "sha256": sha, "rows": {"type": "integer"}}
+                ),
+                "timings_s": {"type": "object", "additionalProperties": _NONNEG},
+            }
+        ),
+        "$defs": _defs(),
+    }

@@ -12,13 +12,17 @@ from test_iproj_support import DOMAIN, ExactOracle, make_table
 
 from dpql import accept
 from dpql.diagnostics import DiagnosticError
+from dpql.domain import EncodedTable
 from dpql.plan.exact import answer, answer_all, design_matrix
 from dpql.plan.ir import (
     CatIn,
     CorrRequirement,
     MeanRequirement,
     ModelRequirement,
+    Moment,
+    Or,
     Tolerance,
+    TruePred,
 )
 from dpql.plan.requirements import expand_requirements
 from dpql.synth import iproj
@@ -29,7 +33,7 @@ LOGIT = ModelRequirement(
     "logistic", "income", ("age", "hours", "sex", "job"), Tolerance(within=0.5), text="logit"
 )
 LINEAR = ModelRequirement(
-    "linear", "hours", ("age", "x", "job"), Tolerance(within=50.0), text="lin"
+    "linear", "hours", ("age", "x", "job"), Tolerance(metric="rmse", op="<=", bound=50.0), text="lin"
 )
 
 
@@ -69,10 +73,11 @@ def test_models_are_measured_in_one_release_with_known_sigma() -> None:
     logit, lin = res
     assert logit.sigma == pytest.approx(event.noise_scale)
     true_acc = answer(accept.fit_model(LOGIT, SYN), REAL)[0]
-    assert abs(logit.real - true_acc) < 5 * logit.sigma
+    assert abs(logit.real_noisy - true_acc) < 5 * logit.sigma
     true_rmse = 98 * math.sqrt(answer(accept.fit_model(LINEAR, SYN), REAL)[0])
-    assert lin.metric == "rmse" and lin.real == pytest.approx(true_rmse, rel=0.01)
+    assert lin.metric == "rmse" and lin.real_noisy == pytest.approx(true_rmse, rel=0.01)
     assert logit.verdict == "pass" and lin.verdict == "pass"
+    assert math.isnan(logit.synthetic_before)  # no pre-post-processing table was given
     json.dumps([r.to_json() for r in res])
 
 
@@ -86,14 +91,132 @@ def test_tolerances_fail_and_bound_metrics() -> None:
         "logistic", "income", LOGIT.features, Tolerance(metric="accuracy", op=">=", bound=0.999)
     )
     res = accept.accept_models([tight, low, high], SYN, oracle, 50.0)
-    assert abs(res[0].synthetic - res[0].real) > 10 * res[0].sigma  # shifted synthetic data
+    assert abs(res[0].synthetic_after - res[0].real_noisy) > 10 * res[0].sigma  # shifted data
     assert [r.verdict for r in res] == ["fail", "pass", "fail"]
-    f1 = ModelRequirement(
-        "logistic", "income", ("age",), Tolerance(metric="f1", op=">=", bound=0.5)
+
+
+def test_auc_is_rejected_with_the_reason() -> None:
+    auc = ModelRequirement(
+        "logistic", "income", ("age",), Tolerance(metric="auc", op=">=", bound=0.5), text="a"
     )
-    assert [d.code for d in accept.plan_diagnostics(f1)] == ["E505"]
-    with pytest.raises(DiagnosticError):
-        accept.accept_models([f1], SYN, oracle, 1.0)
+    (d,) = accept.plan_diagnostics(auc)
+    assert d.code == "E505" and d.severity == "error" and "pairwise" in d.message
+    assert "accuracy, f1" in (d.hint or "")
+    oracle = ExactOracle(REAL, seed=9)
+    with pytest.raises(DiagnosticError) as e:
+        accept.accept_models([auc], SYN, oracle, 1.0)
+    assert e.value.codes == ["E505"] and not oracle.ledger.events  # nothing was spent
+
+
+def test_f1_is_measured_from_accuracy_and_true_positives() -> None:
+    """F1 = 2 TP / (1 + 2 TP - acc): two counting queries of the fitted model on the real table."""
+    from sklearn.metrics import f1_score
+
+    req = ModelRequirement(
+        "logistic", "income", LOGIT.features, Tolerance(metric="f1", op=">=", bound=0.2)
+    )
+    q = accept.fit_model(req, SYN)
+    tp = accept.true_positive_query(q)
+    scores = design_matrix(q.features, REAL) @ np.asarray(q.coef).T + np.asarray(q.intercept)
+    pred, y = np.argmax(scores, axis=1), REAL.codes["income"]
+    assert answer(tp, REAL)[0] == pytest.approx(np.mean((pred == 1) & (y == 1)))
+    exact = f1_score(y, pred)
+    assert accept.metric_value("f1", [answer(q, REAL)[0], answer(tp, REAL)[0]]) == pytest.approx(
+        exact
+    )
+    oracle = ExactOracle(REAL, seed=12)
+    (res,) = accept.accept_models([req], SYN, oracle, 20.0)
+    (event,) = oracle.ledger.events
+    assert event.count == 2 and event.l2_sensitivity == pytest.approx(math.sqrt(2) / REAL.n)
+    assert res.metric == "f1" and 0 < res.sigma < 0.01
+    assert abs(res.real_noisy - exact) < 5 * res.sigma
+    assert res.synthetic_after == pytest.approx(f1_score(SYN.codes["income"], _predict(q, SYN)))
+    assert res.verdict == ("pass" if exact - 2 * res.sigma > 0.2 else "inconclusive")
+    assert accept.acceptance_queries(req) == 2
+
+
+def _predict(q, table) -> np.ndarray:
+    s = design_matrix(q.features, table) @ np.asarray(q.coef).T + np.asarray(q.intercept)
+    return np.argmax(s, axis=1)
+
+
+def test_r2_reuses_the_label_moments_of_the_iproj_measurements() -> None:
+    within = ModelRequirement("linear", "hours", ("age", "x", "job"), Tolerance(within=0.5))
+    ev = _postprocessed([within])
+    q = accept.fit_model(within, ev.table)
+    u = REAL.scaled["hours"]
+    pred = np.clip(design_matrix(q.features, REAL) @ np.asarray(q.coef[0]) + q.intercept[0], 0, 1)
+    exact = 1 - np.mean((u - pred) ** 2) / np.var(u)
+    oracle = ExactOracle(REAL, seed=13)
+    (res,) = accept.accept_models([within], ev.table, oracle, 5.0, evidence=ev, before=SYN)
+    (event,) = oracle.ledger.events
+    assert event.count == 1  # E u and E u^2 come from the I-projection release, for free
+    assert res.metric == "r2" and abs(res.real_noisy - exact) < 5 * res.sigma
+    assert 0 < res.sigma < 0.05 and math.isfinite(res.synthetic_before)
+    alone = ExactOracle(REAL, seed=14)
+    (res2,) = accept.accept_models([within], ev.table, alone, 5.0)
+    assert alone.ledger.events[0].count == 3  # no evidence: the moments join the release
+    assert abs(res2.real_noisy - exact) < 5 * res2.sigma
+
+
+def test_metric_values_and_undefined_cases() -> None:
+    rng = np.random.default_rng(0)
+    y, p = rng.integers(0, 2, 500), rng.integers(0, 2, 500)
+    from sklearn.metrics import f1_score
+
+    acc, tp = np.mean(y == p), np.mean((y == 1) & (p == 1))
+    assert accept.metric_value("f1", [acc, tp]) == pytest.approx(f1_score(y, p))
+    assert math.isnan(accept.metric_value("f1", [1.0, 0.0]))  # no positive row, none predicted
+    assert accept.metric_value("r2", [1 / 12, 0.5, 1 / 3]) == pytest.approx(0.0)
+    assert math.isnan(accept.metric_value("r2", [0.01, 0.5, 0.25]))  # constant label
+    assert accept.metric_value("rmse", [0.25], span=10.0) == pytest.approx(5.0)
+    with pytest.raises(ValueError):
+        accept.metric_value("auc", [0.5])
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "f1", "rmse", "r2"])
+def test_predicted_sd_matches_monte_carlo_at_the_prior(metric: str) -> None:
+    """The plan's delta-method sd of each test metric vs repeated Gaussian noise on its parts."""
+    model = "logistic" if metric in ("accuracy", "f1") else "linear"
+    label = "income" if model == "logistic" else "hours"
+    req = ModelRequirement(model, label, ("age",), Tolerance(metric=metric, op=">=", bound=0.0))
+    s_measure, s_test = 1e-3, 2e-3
+    pred = accept.predicted_sd(req, s_measure, s_test, DOMAIN)
+    parts = np.asarray(accept._PRIOR_PARTS[metric])
+    k = accept.acceptance_queries(req)
+    sig = np.array([s_test] * k + [s_measure] * (parts.size - k))
+    rng = np.random.default_rng(1)
+    span = 98.0 if model == "linear" else 1.0
+    draws = [accept.metric_value(metric, parts + rng.normal(0, sig), span) for _ in range(4000)]
+    assert pred == pytest.approx(np.std(draws), rel=0.1)
+    if metric == "accuracy":
+        assert pred == pytest.approx(s_test)
+
+
+def test_plan_diagnostics_reachability() -> None:
+    corr = CorrRequirement("age", "hours", Tolerance(within=0.05), text="corr(age, hours)")
+    (w,) = accept.plan_diagnostics(corr, predicted=0.03, smallest_epsilon=2.5)
+    assert w.code == "W506" and w.severity == "warning" and "2.5" in (w.hint or "")
+    assert accept.plan_diagnostics(corr, predicted=0.02) == []
+    (w,) = accept.plan_diagnostics(corr, predicted=math.inf, smallest_epsilon=math.inf)
+    assert w.code == "W506" and "no budget" in (w.hint or "")
+    (w,) = accept.plan_diagnostics(corr, measured=False)
+    assert w.code == "W507" and "postprocess" in (w.hint or "")
+    impossible = [
+        ModelRequirement("logistic", "income", ("age",), Tolerance(metric="accuracy", op=">", bound=1.0)),
+        ModelRequirement("logistic", "income", ("age",), Tolerance(metric="f1", op=">=", bound=1.5)),
+        ModelRequirement("linear", "hours", ("age",), Tolerance(metric="rmse", op="<", bound=0.0)),
+        ModelRequirement("linear", "hours", ("age",), Tolerance(metric="r2", op=">", bound=1.0)),
+    ]
+    assert not any(accept.bound_can_hold(r, DOMAIN) for r in impossible)
+    possible = [
+        ModelRequirement("logistic", "income", ("age",), Tolerance(metric="accuracy", op=">=", bound=1.0)),
+        ModelRequirement("linear", "hours", ("age",), Tolerance(metric="rmse", op="<=", bound=5.0)),
+        ModelRequirement("linear", "hours", ("age",), Tolerance(metric="r2", op="<", bound=-3.0)),
+    ]
+    assert all(accept.bound_can_hold(r, DOMAIN) for r in possible)
+    (w,) = accept.plan_diagnostics(impossible[0], bound_ok=False)
+    assert w.code == "W506" and "holds on no table" in w.message
 
 
 @pytest.mark.parametrize(("a", "digest"), [(1.0, 7.2e-4), (3.0, 2.7e-2)])
@@ -158,6 +281,78 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
     assert sum(e.rho for e in oracle.ledger.events) == pytest.approx(1.5)
     js = json.loads(json.dumps(out.to_json()))
     assert len(js["requirements"]) == 2 and js["iproj"]["sampling_seed"] == 4
-    assert js["requirements"][0]["bound"] is not None  # the logistic moments were measured
+    bound = js["requirements"][0]["excess_risk_bound"]  # the logistic moments were measured
+    assert bound["kind"] == "upper bound" and "not the accuracy" in bound["assumptions"]
+    for r in js["requirements"]:  # the record's per-requirement fields
+        assert {"real_noisy", "sigma", "tolerance", "synthetic_before", "synthetic_after",
+                "verdict"} <= set(r)  # fmt: skip
+        assert r["synthetic_before"] is not None and r["synthetic_after"] is not None
+    summary = out.summary_json()
+    assert summary["method"] == "iproj" and len(summary["measures"]) == len(summary["noisy"])
+    assert summary["measures"][0].startswith(("mean(", "count("))
     exact = np.concatenate(answer_all(plan.measures.queries, REAL))
     assert np.abs(out.iproj.after - exact).max() < np.abs(out.iproj.before - exact).max()
+
+
+# ---------------------------------------------------------------------------------------------
+# Edge cases: a clear warning or an inconclusive verdict with a note, never a silent answer
+
+
+def test_contradictory_mean_targets_are_reported_and_not_passed() -> None:
+    """Two mean requirements on one column whose measured targets are disjoint (the same
+    statistic, written two ways): no reweighting meets both, so the I-projection warns (W504),
+    reports the distance and the verdicts fail."""
+    both = Or((CatIn("sex", frozenset({0})), CatIn("sex", frozenset({1}))))
+    plain = MeanRequirement("hours", TruePred(), Tolerance(within=1.0), text="mean(hours)")
+    again = MeanRequirement("hours", both, Tolerance(within=1.0), text="mean(hours | any sex)")
+    rm = expand_requirements([plain, again], DOMAIN)
+    noisy = np.concatenate(answer_all(rm.queries, REAL))
+    noisy[rm.queries.index(Moment(("hours",)))] -= 0.05  # 4.9 hours below the truth
+    noisy[rm.queries.index(Moment(("hours",), both))] += 0.05  # 4.9 hours above
+    ev = iproj.iproject(SYN, iproj.Measurement(rm.queries, noisy, 1e-3, 1.0, REAL.n), seed=1)
+    assert "W504" in [d.code for d in ev.diagnostics]
+    assert ev.projection_distance > 0.05
+    a, b = accept.accept_moment(plain, ev), accept.accept_moment(again, ev)
+    assert abs(a.real_noisy - b.real_noisy) > 9.0  # disjoint targets, each +- ~0.1
+    assert a.verdict == b.verdict == "fail"
+    true_mean = 1 + 98 * REAL.scaled["hours"].mean()
+    assert abs(a.synthetic_after - true_mean) < 1.0  # the table went to the consistent middle
+
+
+def test_constant_column_gives_a_warning_and_an_inconclusive_note() -> None:
+    const = EncodedTable(DOMAIN, SYN.codes, {**SYN.scaled, "x": np.full(SYN.n, 0.5)})
+    req = CorrRequirement("age", "x", Tolerance(within=0.5), text="corr(age, x)")
+    rm = expand_requirements([req], DOMAIN)
+    m = iproj.measure(rm.queries, ExactOracle(REAL, seed=2), 5.0, label="reqs")
+    ev = iproj.iproject(const, m, seed=0)
+    assert "W502" in [d.code for d in ev.diagnostics]
+    res = accept.accept_moment(req, ev)
+    assert math.isfinite(res.real_noisy) and math.isnan(res.synthetic_after)
+    assert res.verdict == "inconclusive" and "undefined on the synthetic table" in res.note
+    assert res.to_json()["synthetic_after"] is None  # JSON has no NaN
+
+
+def test_one_distinct_row_and_nan_rows_through_the_acceptance_path() -> None:
+    reqs = (LOGIT, CorrRequirement("age", "hours", Tolerance(within=0.5), text="corr"))
+    plan = SimpleNamespace(
+        measures=expand_requirements(reqs, DOMAIN),
+        requirements=reqs,
+        phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
+    )
+    one = iproj.take(SYN, np.zeros(50, dtype=int))
+    out = accept.run_postprocess(plan, ExactOracle(REAL, seed=15), one, seed=0)
+    assert "W501" in [d["code"] for d in out.summary_json()["diagnostics"]]
+    model, corr = out.acceptance
+    assert corr.verdict == "inconclusive" and "undefined" in corr.note
+    assert model.synthetic_before == model.synthetic_after  # nothing could move
+    assert model.excess_risk_bound is None or model.excess_risk_bound.vacuous
+
+    scaled = {**SYN.scaled, "age": SYN.scaled["age"].copy()}
+    scaled["age"][:25] = np.nan
+    nan_table = EncodedTable(DOMAIN, SYN.codes, scaled)
+    out = accept.run_postprocess(plan, ExactOracle(REAL, seed=16), nan_table, seed=0)
+    assert "W503" in [d["code"] for d in out.summary_json()["diagnostics"]]
+    assert np.isfinite(out.table.scaled["age"]).all()
+    model, corr = out.acceptance
+    assert math.isfinite(model.synthetic_before) and math.isfinite(corr.synthetic_before)
+    json.dumps(out.to_json(), allow_nan=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -77,3 +78,94 @@ def test_check_with_policy(spec_without_data: Path, tmp_path: Path, capsys):
     policy.write_text(strict)
     assert main(["check", str(spec_without_data), "--policy", str(policy)]) == 1
     assert "epsilon" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Requirements at plan time: predicted error, reachability, the acceptance plan check
+
+
+def _plan_json(path: Path, capsys) -> dict:
+    assert main(["plan", str(path), "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _with_requirements(spec: Path, *reqs: str, epsilon: str | None = None) -> Path:
+    text = spec.read_text()
+    start = text.index("requirements:\n")
+    end = text.index("\nsynthesizer:")
+    text = text[:start] + "requirements:\n" + "".join(f"  - {r}\n" for r in reqs) + text[end:]
+    if epsilon is not None:
+        text = text.replace("epsilon: 1.0", f"epsilon: {epsilon}")
+    spec.write_text(text)
+    return spec
+
+
+def test_plan_reports_reachable_and_unreachable_tolerances(spec_without_data: Path, capsys):
+    spec = _with_requirements(
+        spec_without_data,
+        "corr(age, hours_per_week) within 0.02",  # 2 sd ~ 0.043 at epsilon 1: unreachable
+        "logistic(income ~ age + sex) within 0.02",  # the accuracy test's sd ~ 8e-4
+    )
+    corr, logit = _plan_json(spec, capsys)["requirements"]
+    assert corr["metric"] == "corr" and logit["metric"] == "accuracy"
+    assert corr["reachable"] is False and 2 * corr["predicted_sd"] > 0.02
+    assert corr["smallest_epsilon"] > 1.0
+    (d,) = corr["diagnostics"]
+    line = next(i for i, t in enumerate(spec.read_text().splitlines(), 1) if "corr(" in t)
+    assert d["code"] == "W506" and d["line"] == line and "file" not in d
+    assert logit["reachable"] is True and logit["diagnostics"] == []
+    assert 2 * logit["predicted_sd"] <= 0.02 and logit["smallest_epsilon"] < 1.0
+    assert main(["plan", str(spec)]) == 0
+    out = capsys.readouterr()
+    assert f"adult.release.yaml:{line}:5: warning[W506]" in out.err
+    assert "W506" in out.out and "accuracy" in out.out and "within 0.02" in out.out
+
+    # at the smallest epsilon the plan reports, the same tolerance becomes reachable
+    raised = _with_requirements(
+        spec, "corr(age, hours_per_week) within 0.02", epsilon=f"{corr['smallest_epsilon'] * 1.01}"
+    )
+    (corr2,) = _plan_json(raised, capsys)["requirements"]
+    assert corr2["reachable"] is True and corr2["diagnostics"] == []
+    assert corr2["predicted_sd"] < corr["predicted_sd"]
+
+
+def test_plan_rejects_an_untestable_metric_with_its_position(spec_without_data: Path, capsys):
+    spec = _with_requirements(spec_without_data, "logistic(income ~ age) auc >= 0.7")
+    line = next(i for i, t in enumerate(spec.read_text().splitlines(), 1) if "auc" in t)
+    assert main(["plan", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"adult.release.yaml:{line}:5: error[E505]" in err and "pairwise" in err
+    assert "Traceback" not in err
+    assert main(["check", str(spec)]) == 1  # CI catches it too
+
+
+def test_plan_counts_f1_queries_and_flags_impossible_bounds(spec_without_data: Path, capsys):
+    one = _plan_json(_with_requirements(spec_without_data, "logistic(income ~ age) f1 >= 0.3"), capsys)
+    two = _plan_json(
+        _with_requirements(
+            spec_without_data, "logistic(income ~ age) f1 >= 0.3", "logistic(income ~ sex) accuracy >= 0.7"
+        ),
+        capsys,
+    )
+
+    def test_line(plan: dict) -> dict:
+        return next(x for x in plan["allocation"]["lines"] if x["phase"] == "accept.test")
+
+    # f1 = 2 counting queries, accuracy 1: sigma = sqrt(T)/n / sqrt(2 rho) with T = 2, then 3
+    ratio = test_line(two)["noise_scale"] / test_line(one)["noise_scale"]
+    assert ratio == pytest.approx(math.sqrt(3 / 2))
+    f1 = one["requirements"][0]
+    assert f1["metric"] == "f1" and f1["reachable"] is None and f1["predicted_sd"] > 0
+    bad = _plan_json(_with_requirements(spec_without_data, "logistic(income ~ age) accuracy > 1"), capsys)
+    assert bad["requirements"][0]["reachable"] is False
+    assert [d["code"] for d in bad["requirements"][0]["diagnostics"]] == ["W506"]
+
+
+def test_plan_warns_when_requirements_are_never_tested(spec_without_data: Path, capsys):
+    text = spec_without_data.read_text()
+    start, end = text.index("postprocess:"), text.index("\noutput:")
+    spec_without_data.write_text(text[:start] + text[end + 1 :])
+    plan = _plan_json(spec_without_data, capsys)
+    assert "iproj.measure" not in plan["budget"]["phases"]
+    for r in plan["requirements"]:
+        assert r["reachable"] is None and [d["code"] for d in r["diagnostics"]] == ["W507"]

@@ -24,6 +24,7 @@ from dpql.plan.ir import (
     TruePred,
 )
 from dpql.plan.requirements import (
+    delta_method_sd,
     expand_requirements,
     predicted_error,
     requirement_value,
@@ -150,13 +151,37 @@ def test_predicted_error_matches_monte_carlo_under_the_uniform_prior(req) -> Non
 def test_smallest_epsilon_for_bisects_the_planner_accounting() -> None:
     req = CorrRequirement("age", "hours", TOL)
 
-    def sigma_of_eps(eps: float) -> float:
-        return 1e-3 / eps
+    def sd_of_eps(eps: float) -> float:
+        return predicted_error(req, 1e-3 / eps, DOMAIN)
 
-    eps = smallest_epsilon_for(req, 0.05, sigma_of_eps, DOMAIN)
-    assert 2 * predicted_error(req, sigma_of_eps(eps), DOMAIN) <= 0.05 + 1e-9
-    assert 2 * predicted_error(req, sigma_of_eps(eps * 0.99), DOMAIN) > 0.05
-    assert smallest_epsilon_for(req, 0.01, sigma_of_eps, DOMAIN) > eps
-    assert math.isinf(smallest_epsilon_for(req, 1e-12, sigma_of_eps, DOMAIN))
+    eps = smallest_epsilon_for(sd_of_eps, 0.05)
+    assert 2 * sd_of_eps(eps) <= 0.05 + 1e-9
+    assert 2 * sd_of_eps(eps * 0.99) > 0.05
+    assert smallest_epsilon_for(sd_of_eps, 0.01) > eps
+    assert math.isinf(smallest_epsilon_for(sd_of_eps, 1e-12))
+    assert smallest_epsilon_for(sd_of_eps, 0.05, z=1.0) < eps
     model = ModelRequirement("logistic", "income", ("age",), Tolerance(within=0.02))
-    assert math.isfinite(smallest_epsilon_for(model, 0.02, sigma_of_eps, DOMAIN))
+    with pytest.raises(TypeError):  # a model's error is its acceptance test's (dpql.accept)
+        predicted_error(model, 1e-3, DOMAIN)
+
+
+def test_delta_method_sd_is_the_linearised_sd() -> None:
+    def ratio(m):
+        return m[0] / m[1]
+
+    sd = delta_method_sd(ratio, [0.2, 0.5], [1e-3, 2e-3])
+    assert sd == pytest.approx(math.hypot(1e-3 / 0.5, 0.2 * 2e-3 / 0.25), rel=1e-6)
+    assert delta_method_sd(ratio, [0.2, 0.5], [0.0, 0.0]) == 0.0
+
+
+def test_constant_column_correlation_is_undefined_not_rounding_noise() -> None:
+    """On one distinct row, E a^2 - (E a)^2 is rounding error; the corr must not be its ratio."""
+    one = EncodedTable(
+        DOMAIN,
+        {k: np.repeat(v[:1], 50) for k, v in TABLE.codes.items()},
+        {k: np.repeat(v[:1] * 0 + 0.67123288, 50) for k, v in TABLE.scaled.items()},
+    )
+    req = CorrRequirement("age", "hours", TOL, text="corr(age, hours)")
+    with pytest.raises(DiagnosticError) as e:
+        requirement_value(req, exact_map([req], one), DOMAIN)
+    assert e.value.codes == ["E502"]

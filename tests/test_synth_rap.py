@@ -25,7 +25,17 @@ from dpql.plan.ir import (
     Prefix,
     TruePred,
 )
-from dpql.synth.rap import _answers_of_rows, _statics, _threshold_arrays, round_rows, run_rap
+from dpql.synth.rap import (
+    _answers_of_rows,
+    _build_data,
+    _marginals_loss,
+    _Measured,
+    _statics,
+    _threshold_arrays,
+    relaxed_marginals,
+    round_rows,
+    run_rap,
+)
 from dpql.synth.relaxed import Layout, RowModel
 from dpql.synth.schedule import RapOptions, plan_rap
 
@@ -124,6 +134,38 @@ def test_relaxed_answers_equal_exact_on_integral_rows():
             r = relaxed[q]
         # float32 arithmetic; a value within 1e-4 of a threshold could flip, none do at this seed
         np.testing.assert_allclose(r, e, atol=2e-4, err_msg=repr(q))
+
+
+def test_tiled_marginal_loss_equals_the_loss_over_cells():
+    """Cutting blocks into TILE-wide tiles (sizes 2, 9 and 19 straddle tile edges) changes
+    nothing: the jitted loss equals sum w * (relaxed marginal - target)^2 over real cells."""
+    domain = Domain(
+        (
+            CategoricalColumn("a", ("x", "y")),
+            CategoricalColumn("b", tuple(f"b{i}" for i in range(9))),
+            CategoricalColumn("c", tuple(f"c{i}" for i in range(19))),
+            NumericColumn("d", 0.0, 1.0, False, numeric_edges(0.0, 1.0, False, 5)),
+        )
+    )
+    layout = Layout.of(domain)
+    statics = _statics(layout, [], [])
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(50, layout.width)).astype(np.float32)
+    params = (jnp.asarray(logits), jnp.zeros((50, 1), jnp.float32))
+    columns = [("c",), ("a", "c"), ("c", "b", "a"), ("b", "d"), ("a", "b", "c", "d")]
+    measured = [
+        _Measured(Marginal(cols), rng.random(math.prod(domain.card(c) for c in cols)), s)
+        for cols, s in zip(columns, (0.5, 1.0, 2.0, 0.25, 1.5), strict=True)
+    ]
+    data = _build_data(statics, measured, [])
+    got = float(_marginals_loss(params, data["marginals"], statics))
+    probs = {}
+    for c, o, k in zip(domain.names, layout.offsets, layout.sizes, strict=True):
+        e = np.exp(logits[:, o : o + k].astype(np.float64))
+        probs[c] = e / e.sum(axis=1, keepdims=True)
+    est = relaxed_marginals(probs, columns)
+    want = sum(np.sum((est[m.query.columns] - m.answer) ** 2) / m.sigma**2 for m in measured)
+    assert got == pytest.approx(want, rel=1e-4)
 
 
 def test_rounding_integral_rows_reproduces_the_table():

@@ -27,13 +27,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from dpql.accept import (
+    Z,
+    acceptance_queries,
+    bound_can_hold,
+    plan_diagnostics,
+    predicted_sd,
+    tested_metric,
+    tolerance_text,
+)
 from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, SourcePos
 from dpql.lang.parser import parse_requirements, parse_workload
 from dpql.plan.ir import ModelRequirement, Query, Requirement
 from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
-    predicted_error,
     smallest_epsilon_for,
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
@@ -64,11 +72,40 @@ class Budget:
 
 @dataclass(frozen=True)
 class RequirementPlan:
+    """A requirement's planned DP test (``dpql.accept``): ``metric`` it is judged on (the
+    statistic for corr / mean / count), ``predicted_sd`` of the DP value in the tolerance's
+    units, ``reachable`` (``2 sd <= t`` for ``within t``; False for a bound no table meets;
+    None when unknown before data), the smallest epsilon reaching a ``within`` tolerance, and
+    the plan-time diagnostics (E505 / W506 / W507)."""
+
     requirement: Requirement
     predicted_sd: float
     tolerance: float | None
     reachable: bool | None
     smallest_epsilon: float | None
+    metric: str = ""
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requirement": self.requirement.text,
+            "metric": self.metric,
+            "predicted_sd": _finite(self.predicted_sd),
+            "tolerance": self.tolerance,
+            "tolerance_text": tolerance_text(self.requirement.tolerance),
+            "reachable": self.reachable,
+            "smallest_epsilon": _finite(self.smallest_epsilon),
+            "diagnostics": [_diagnostic_json(d) for d in self.diagnostics],
+        }
+
+
+def _diagnostic_json(d: Diagnostic) -> dict[str, Any]:
+    """A plan diagnostic without the spec's file path, so the plan (and its hash in the
+    provenance record) does not depend on where the spec is checked out."""
+    out = d.to_json()
+    out.pop("file", None)
+    out.pop("end_col", None)
+    return out
 
 
 @dataclass(frozen=True)
@@ -114,16 +151,7 @@ class ReleasePlan:
                 "phases": self.phase_rho,
             },
             "allocation": self.table.to_json(),
-            "requirements": [
-                {
-                    "requirement": r.requirement.text,
-                    "predicted_sd": _finite(r.predicted_sd),
-                    "tolerance": r.tolerance,
-                    "reachable": r.reachable,
-                    "smallest_epsilon": _finite(r.smallest_epsilon),
-                }
-                for r in self.requirement_plans
-            ],
+            "requirements": [r.to_json() for r in self.requirement_plans],
         }
 
 
@@ -256,8 +284,8 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         lines.append(
             BudgetLine("iproj.measure", "gaussian", 1, rho, _sigma_requirements(k, n, rho), n)
         )
-    n_tests = sum(isinstance(r, ModelRequirement) for r in requirements)
-    if n_tests:
+    n_tests = sum(acceptance_queries(r) for r in requirements)
+    if n_tests and "accept.test" in phase_rho:
         rho = phase_rho["accept.test"]
         lines.append(
             BudgetLine(
@@ -265,7 +293,13 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
             )
         )
     table = BudgetTable(tuple(lines), budget.rho)
-    req_plans = tuple(_requirement_plan(spec, r, k, shares, budget) for r in requirements)
+    req_plans = tuple(
+        _requirement_plan(spec, r, k, n_tests, shares, budget, item.pos)
+        for r, item in zip(requirements, spec.requirements, strict=True)
+    )
+    req_diags = [d for p in req_plans for d in p.diagnostics]
+    if any(d.severity == "error" for d in req_diags):
+        raise DiagnosticError([d for d in req_diags if d.severity == "error"])
     return ReleasePlan(
         spec,
         resolved.queries,
@@ -280,7 +314,9 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         gan,
         req_plans,
         seed,
-        tuple(spec.warnings) + tuple(d for d in sink.items if d.severity == "warning"),
+        tuple(spec.warnings)
+        + tuple(d for d in sink.items if d.severity == "warning")
+        + tuple(req_diags),
     )
 
 
@@ -333,18 +369,55 @@ def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
 
 
 def _requirement_plan(
-    spec: LoadedSpec, req: Requirement, k: int, shares: dict[str, Fraction], budget: Budget
+    spec: LoadedSpec,
+    req: Requirement,
+    k: int,
+    n_tests: int,
+    shares: dict[str, Fraction],
+    budget: Budget,
+    pos: SourcePos | None = None,
 ) -> RequirementPlan:
+    """A requirement's row of the plan: the predicted sd of the DP value it is judged on at the
+    planned budget (``dpql.accept.predicted_sd``: the I-projection release of ``k`` measures,
+    the acceptance release of ``n_tests`` queries), reachability, the smallest epsilon that
+    reaches a ``within`` tolerance, and the plan-time diagnostics (``accept.plan_diagnostics``).
+    """
     n = spec.rows
     domain = spec.domain
-    share = float(shares.get("iproj.measure", 0))
+    measure = float(shares.get("iproj.measure", 0))
+    test = float(shares.get("accept.test", 0))
 
-    def sigma_of_eps(eps: float) -> float:
-        return _sigma_requirements(k, n, share * rho_from_eps_delta(eps, budget.delta))
+    def sd_at(rho: float) -> float:
+        s_measure = _sigma_requirements(k, n, measure * rho)
+        s_test = _sigma_requirements(n_tests, n, test * rho)
+        return predicted_sd(req, s_measure, s_test, domain)
 
-    sd = predicted_error(req, sigma_of_eps(budget.epsilon) if share else math.inf, domain)
+    def sd_of_eps(eps: float) -> float:
+        """At a release budget ``eps``: dpql's own rho is what an external table leaves."""
+        if eps <= budget.external_epsilon:
+            return math.inf
+        left = budget.delta - budget.external_delta
+        return sd_at(rho_from_eps_delta(eps - budget.external_epsilon, left))
+
+    metric = tested_metric(req) if isinstance(req, ModelRequirement) else type(req).__name__
+    metric = metric.removesuffix("Requirement").lower()
+    measured = measure > 0
+    sd = sd_at(budget.rho) if measured else math.inf
     tol = req.tolerance.within
-    if tol is None or not share:
-        return RequirementPlan(req, sd, tol, None, None)
-    smallest = smallest_epsilon_for(req, tol, sigma_of_eps, domain)
-    return RequirementPlan(req, sd, tol, 2 * sd <= tol, smallest)
+    smallest: float | None = None
+    reachable: bool | None = None
+    bound_ok = bound_can_hold(req, domain)
+    if measured and tol is not None:
+        smallest = smallest_epsilon_for(sd_of_eps, tol, lo=budget.external_epsilon + 1e-4)
+        reachable = bool(Z * sd <= tol)
+    elif not bound_ok:
+        reachable = False
+    diags = plan_diagnostics(
+        req,
+        predicted=sd,
+        smallest_epsilon=smallest,
+        measured=measured,
+        bound_ok=bound_ok,
+        pos=pos,
+    )
+    return RequirementPlan(req, sd, tol, reachable, smallest, metric, tuple(diags))

@@ -209,11 +209,14 @@ def _lookup(answers: Mapping[Query, float], part: Query | float) -> float:
     return part if isinstance(part, float) else float(answers[part])
 
 
+VARIANCE_RTOL = 1e-9  # variance below this fraction of E x^2: a constant column (rounding)
+
+
 def _corr(m: Sequence[float]) -> float:
     ma, mb, maa, mab, mbb = m
     va, vb = maa - ma * ma, mbb - mb * mb
-    if not (va > 0 and vb > 0):
-        return math.nan
+    if not (va > VARIANCE_RTOL * abs(maa) and vb > VARIANCE_RTOL * abs(mbb)):
+        return math.nan  # E a^2 - (E a)^2 of a constant column is rounding error, not variance
     return (mab - ma * mb) / math.sqrt(va * vb)
 
 
@@ -272,6 +275,15 @@ def _gradient(fn: Callable[[Sequence[float]], float], m: Sequence[float]) -> np.
     return out
 
 
+def delta_method_sd(
+    fn: Callable[[Sequence[float]], float], m: Sequence[float], sigmas: Sequence[float]
+) -> float:
+    """sd of ``fn(m + noise)`` to first order, the noise independent N(0, sigmas[i]^2) per part:
+    ``sqrt(sum_i (d fn / d m_i)^2 sigmas[i]^2)`` (NaN where ``fn`` is undefined near ``m``)."""
+    g = _gradient(fn, m)
+    return float(np.sqrt(np.sum((g * np.asarray(sigmas, dtype=np.float64)) ** 2)))
+
+
 def value_sd(
     req: Requirement, answers: Mapping[Query, float], sigma: float, domain: Domain
 ) -> float:
@@ -281,9 +293,8 @@ def value_sd(
     constant parts carry none. ``sd = sigma * ||grad_measured value||_2`` in original units.
     """
     parts, fn, span = _parts_and_fn(req, domain)
-    g = _gradient(fn, [_lookup(answers, p) for p in parts])
-    noisy = np.array([not isinstance(p, float) for p in parts])
-    return float(span * sigma * np.linalg.norm(g[noisy]))
+    sigmas = [0.0 if isinstance(p, float) else sigma for p in parts]
+    return span * delta_method_sd(fn, [_lookup(answers, p) for p in parts], sigmas)
 
 
 def uniform_prior_probability(pred: Pred, domain: Domain, rows: int = 1 << 15) -> float:
@@ -324,7 +335,8 @@ def _plausible(part: Query | float, domain: Domain) -> float:
 
 
 def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
-    """Predicted standard deviation of a requirement's released value, per-measure noise ``sigma``.
+    """Predicted standard deviation of a corr / mean / count requirement's released value, with
+    per-measure noise ``sigma``.
 
     A planning number: data-independent, so the delta method is evaluated at *plausible public*
     moments -- every column independently uniform on its public bounds (corr = 0, E u = 1/2,
@@ -333,14 +345,10 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
     is *optimistic* for concentrated columns (small variance, rare conditions): there the real
     error is larger; the acceptance report recomputes the sd at the noisy values.
 
-    Model requirements: the sd of the *risk* of a fixed model with ``||(theta, b)||_2 <= 1``
-    (the excess-risk digest's a = 1 normalisation) as a linear function of the measured moments
-    (excess_risk.md sec. 11.2): squared loss ``sqrt(1 + 4 + 2) sigma``; logistic loss with
-    ``h(z) ~ log 2 + z^2 / 8``: ``sqrt(1 + (3/4)^2 + 2/64) sigma``. A proxy for the accuracy gap,
-    which is not a smooth function of moments.
+    Model requirements are decided by their own DP test: see :func:`dpql.accept.predicted_sd`.
     """
     if isinstance(req, ModelRequirement):
-        return sigma * (math.sqrt(7.0) if req.model == "linear" else math.sqrt(1 + 9 / 16 + 1 / 32))
+        raise TypeError("a model requirement's error is its test's: dpql.accept.predicted_sd")
     if isinstance(req, CountRequirement):
         return sigma
     parts, fn, span = _parts_and_fn(req, domain)
@@ -349,30 +357,28 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
         m[0] = m[1]  # worst-case conditional mean (ratio 1)
     if isinstance(req, MeanRequirement) and m[1] <= 0:
         return math.inf
-    g = _gradient(fn, m)
-    noisy = np.array([not isinstance(p, float) for p in parts])
-    return float(span * sigma * np.linalg.norm(g[noisy]))
+    sigmas = [0.0 if isinstance(p, float) else sigma for p in parts]
+    return span * delta_method_sd(fn, m, sigmas)
 
 
 def smallest_epsilon_for(
-    req: Requirement,
+    sd_of_eps: Callable[[float], float],
     tolerance: float,
-    sigma_of_eps: Callable[[float], float],
-    domain: Domain,
     *,
     z: float = 2.0,
     lo: float = 1e-4,
     hi: float = 1e3,
 ) -> float:
-    """Smallest epsilon with ``z * predicted_error(req, sigma_of_eps(eps)) <= tolerance``.
+    """Smallest epsilon with ``z * sd_of_eps(eps) <= tolerance``.
 
-    Bisection on log(eps) (``sigma_of_eps`` is the planner's accounting, decreasing in eps;
-    not reimplemented here). ``z = 2`` matches the acceptance tests' ~2 sigma inconclusive band.
-    Returns ``math.inf`` when even ``hi`` is not enough.
+    ``sd_of_eps`` is the planner's predicted sd of a requirement's DP measurement at a release
+    budget of epsilon (its accounting, decreasing in eps; not reimplemented here). Bisection on
+    log(eps). ``z = 2`` matches the acceptance tests' ~2 sigma inconclusive band. Returns
+    ``math.inf`` when even ``hi`` is not enough.
     """
 
     def ok(eps: float) -> bool:
-        return z * predicted_error(req, sigma_of_eps(eps), domain) <= tolerance
+        return z * sd_of_eps(eps) <= tolerance
 
     if not ok(hi):
         return math.inf

@@ -137,6 +137,7 @@ class RapOptions(_Model):
     queries_per_round: PositiveInt | None = None
     relaxed_rows: PositiveInt | None = None
     iterations: PositiveInt | None = None
+    warm_iterations: PositiveInt | None = None
     learning_rate: PositiveFloat | None = None
 
 

@@ -1,7 +1,9 @@
-"""JSON Schemas of the release spec and the policy, generated from the pydantic models.
+"""JSON Schemas of the release spec, the policy and the provenance record.
 
-``python -m dpql.spec.schema`` rewrites ``spec/release.schema.json`` and
-``spec/policy.schema.json``; a test fails when the committed files are out of date.
+``python -m dpql.spec.schema`` rewrites ``spec/release.schema.json``, ``spec/policy.schema.json``
+(generated from the pydantic models) and ``spec/provenance.schema.json`` (from
+:func:`dpql.provenance.record_schema`, versioned by ``dpql.provenance.RECORD_VERSION``); a test
+fails when the committed files are out of date.
 """
 
 from __future__ import annotations
@@ -9,25 +11,34 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
+from dpql.provenance import record_schema
 from dpql.spec.models import Policy, ReleaseSpec
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "spec"
-SCHEMAS: dict[str, type[BaseModel]] = {
+Source = type[BaseModel] | Callable[[], dict[str, Any]]
+SCHEMAS: dict[str, Source] = {
     "release.schema.json": ReleaseSpec,
     "policy.schema.json": Policy,
+    "provenance.schema.json": record_schema,
 }
 
 
-def schema_text(model: type[BaseModel]) -> str:
-    """The JSON Schema (draft 2020-12) of ``model`` as the committed file's text."""
-    schema = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        **model.model_json_schema(by_alias=True, mode="validation"),
-    }
+def schema_text(source: Source) -> str:
+    """The JSON Schema (draft 2020-12) of a pydantic model, or the schema a function builds,
+    as the committed file's text."""
+    if isinstance(source, type) and issubclass(source, BaseModel):
+        schema = {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            **source.model_json_schema(by_alias=True, mode="validation"),
+        }
+    else:
+        schema = source()
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -35,11 +46,11 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
     """Write every schema into ``folder`` atomically (temp file + rename); return the paths."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, model in SCHEMAS.items():
+    for name, source in SCHEMAS.items():
         target = folder / name
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(schema_text(model))
+            out.write(schema_text(source))
         os.replace(tmp, target)
         written.append(target)
     return written

@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +45,7 @@ import optax
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.plan.oracle import MeasurementOracle
-from dpql.synth.relaxed import Layout, RowModel, block_gather_index, pad_class, padded_probs
+from dpql.synth.relaxed import TILE, Layout, RowModel, tile_index, tile_starts, tiled_probs
 from dpql.synth.schedule import (
     Progress,
     RapOptions,
@@ -71,35 +72,36 @@ class _Statics:
     """Static (trace-time) structure of the relaxed problem."""
 
     layout: Layout
-    class_blocks: dict[int, tuple[int, ...]]  # padded size -> blocks of that class
-    class_gather: dict[int, np.ndarray]
+    tiles: np.ndarray  # (tiles, TILE) indices into [probs | 0], see relaxed.tile_index
+    tile_start: tuple[int, ...]  # first tile of each block
     halfspace_groups: tuple[tuple[tuple[str, ...], str], ...]
     prefix_groups: tuple[tuple[tuple[str, ...], str | None], ...]
     scalars: tuple[Query, ...]
 
 
 def _statics(layout: Layout, thresholds: Sequence[Query], scalars: Sequence[Query]) -> _Statics:
-    classes: dict[int, list[int]] = {}
-    for b, s in enumerate(layout.sizes):
-        classes.setdefault(pad_class(s), []).append(b)
-    class_blocks = {k: tuple(v) for k, v in classes.items()}
-    gathers = {k: block_gather_index(layout, v, k) for k, v in class_blocks.items()}
     hs = tuple(dict.fromkeys((q.columns, q.by) for q in thresholds if isinstance(q, Halfspace)))
     pf = tuple(dict.fromkeys((q.columns, q.by) for q in thresholds if isinstance(q, Prefix)))
-    return _Statics(layout, class_blocks, gathers, hs, pf, tuple(scalars))
+    return _Statics(layout, tile_index(layout), tile_starts(layout), hs, pf, tuple(scalars))
 
 
-def _marginal_key(
-    statics: _Statics, columns: tuple[str, ...]
-) -> tuple[tuple[int, ...], list[int], list[int]]:
-    """Bucket key (sorted padded sizes), axis permutation and per-axis class-local indices."""
+def _marginal_tiles(statics: _Statics, columns: tuple[str, ...], answer: np.ndarray):
+    """A measured marginal cut into tiles: (tiles, k) tile ids and (tiles, TILE, ..., TILE)
+    targets, zero-padded past each column's size."""
     layout = statics.layout
-    blocks = [layout.block(c) for c in columns]
-    classes = [pad_class(layout.sizes[b]) for b in blocks]
-    perm = sorted(range(len(blocks)), key=lambda i: (classes[i], i))
-    key = tuple(classes[i] for i in perm)
-    local = [statics.class_blocks[classes[i]].index(blocks[i]) for i in perm]
-    return key, perm, local
+    sizes = [layout.domain.card(c) for c in columns]
+    counts = [-(-s // TILE) for s in sizes]
+    k = len(columns)
+    padded = np.zeros([t * TILE for t in counts], dtype=np.float32)
+    padded[tuple(slice(0, s) for s in sizes)] = answer.reshape(sizes)
+    split = padded.reshape([x for t in counts for x in (t, TILE)])
+    blocks = split.transpose([*range(0, 2 * k, 2), *range(1, 2 * k, 2)])
+    targets = blocks.reshape(-1, *([TILE] * k))
+    starts = [statics.tile_start[layout.block(c)] for c in columns]
+    ids = np.stack(
+        [g.ravel() + s for g, s in zip(np.indices(counts), starts, strict=True)], axis=1
+    )
+    return ids.astype(np.int32), targets
 
 
 def _group_members(statics: _Statics, thresholds: Sequence[Query]) -> list[list[int]]:
@@ -118,7 +120,7 @@ def _build_data(
     """Arrays (targets, weights, indices) of every measurement, grouped for the jitted loss."""
     layout = statics.layout
     domain = layout.domain
-    buckets: dict[tuple[int, ...], list[tuple[list[int], np.ndarray, float]]] = {}
+    by_arity: dict[int, list[tuple[np.ndarray, np.ndarray, float]]] = {}
     scalar_t = np.zeros(len(statics.scalars))
     scalar_w = np.zeros(len(statics.scalars))
     thr_index = {q: i for i, q in enumerate(thresholds)}
@@ -128,12 +130,8 @@ def _build_data(
         q = m.query
         w = 1.0 / m.sigma**2
         if isinstance(q, Marginal):
-            key, perm, local = _marginal_key(statics, q.columns)
-            shape = [domain.card(c) for c in q.columns]
-            target = np.transpose(m.answer.reshape(shape), perm)
-            padded = np.zeros(key)
-            padded[tuple(slice(0, s) for s in target.shape)] = target
-            buckets.setdefault(key, []).append((local, padded, w))
+            ids, targets = _marginal_tiles(statics, q.columns, m.answer)
+            by_arity.setdefault(len(q.columns), []).append((ids, targets, w))
         elif isinstance(q, Count | Moment):
             i = statics.scalars.index(q)
             scalar_t[i], scalar_w[i] = float(m.answer[0]), w
@@ -141,14 +139,17 @@ def _build_data(
             i = thr_index[q]
             thr_t[i], thr_w[i] = m.answer, w
     marg = {}
-    for key, items in buckets.items():
-        cap = 1 << (len(items) - 1).bit_length()
-        idx = np.zeros((cap, len(key)), dtype=np.int32)
-        tgt = np.zeros((cap, *key), dtype=np.float32)
-        wt = np.zeros(cap, dtype=np.float32)
-        for i, (local, padded, w) in enumerate(items):
-            idx[i], tgt[i], wt[i] = local, padded, w
-        marg["x".join(map(str, key))] = (jnp.asarray(idx), jnp.asarray(tgt), jnp.asarray(wt))
+    for k, items in sorted(by_arity.items()):
+        ids = np.concatenate([i for i, _, _ in items])
+        tgt = np.concatenate([t for _, t, _ in items])
+        wt = np.concatenate([np.full(len(i), w, np.float32) for i, _, w in items])
+        cap = _capacity(len(ids))
+        pad = cap - len(ids)  # empty slots: tile 0 with weight 0
+        marg[str(k)] = (
+            jnp.asarray(np.pad(ids, ((0, pad), (0, 0)))),
+            jnp.asarray(np.pad(tgt, [(0, pad)] + [(0, 0)] * k)),
+            jnp.asarray(np.pad(wt, (0, pad))),
+        )
     groups = []
     keys = statics.halfspace_groups + statics.prefix_groups
     for (_, by), members in zip(keys, _group_members(statics, thresholds), strict=True):
@@ -176,8 +177,16 @@ def _threshold_arrays(statics: _Statics, thresholds: Sequence[Query]) -> list[di
             "tau": jnp.asarray([q.tau for q in qs], jnp.float32),
         })
     for idx in members[len(statics.halfspace_groups) :]:
-        qs = [thresholds[i] for i in idx]
-        out.append({"thresholds": jnp.asarray([q.thresholds for q in qs], jnp.float32)})
+        t = np.asarray([thresholds[i].thresholds for i in idx], dtype=np.float32)  # (q, cols)
+        # Prefix thresholds come from a small grid per column: evaluate each distinct one once.
+        uniq = [np.unique(t[:, j], return_inverse=True) for j in range(t.shape[1])]
+        out.append({
+            "unique": [jnp.asarray(u) for u, _ in uniq],
+            # one-hot (distinct, q): selecting by a matrix product keeps the gradient a product
+            "which": [
+                jnp.asarray(np.eye(len(u), dtype=np.float32)[w.reshape(-1)].T) for u, w in uniq
+            ],
+        })
     return out
 
 
@@ -192,35 +201,58 @@ def _threshold_answers(rm: RowModel, statics: _Statics, params: list[dict]) -> l
             mean = jnp.stack([rm.mean(c) for c in cols], axis=1)  # (n, r)
             hit = jax.nn.sigmoid(rm.sigma * (mean @ p["theta"].T - p["tau"][None, :]))
         else:
-            hit = jnp.ones((n, p["thresholds"].shape[0]), rm.logits.dtype)
-            for j, c in enumerate(cols):
+            hit = jnp.ones((n, p["which"][0].shape[1]), rm.logits.dtype)
+            for c, uniq, which in zip(cols, p["unique"], p["which"], strict=True):
                 v = rm.bin_values(c)  # (n, bins)
-                s = jax.nn.sigmoid(rm.sigma * (p["thresholds"][None, None, :, j] - v[:, :, None]))
-                hit = hit * jnp.einsum("nb,nbq->nq", rm.probs(c), s)
+                s = jax.nn.sigmoid(rm.sigma * (uniq[None, None, :] - v[:, :, None]))
+                cdf = jnp.einsum("nb,nbu->nu", rm.probs(c), s)  # P(u_c <= t) per distinct t
+                hit = hit * (cdf @ which)
         out.append(hit.T @ label / n)
     return out
 
 
-def _loss(params, data, sigma, statics: _Statics, thr_params: list[dict]):
+def _capacity(tiles: int) -> int:
+    """Slots allocated for ``tiles`` marginal tiles: the next power of two (at least 16), so
+    the loss is recompiled only when the measured tiles double."""
+    return max(16, 1 << (tiles - 1).bit_length())
+
+
+def _marginals_loss(params, marginals: Mapping[str, tuple], statics: _Statics):
+    """Weighted squared error of the measured marginals, one batch of tiles per arity.
+
+    ``marginals`` maps the arity ``k`` (as a string) to ``(ids, tgt, wt)``: ``ids`` (cap, k)
+    are each tile's per-axis tile ids, ``tgt`` (cap, TILE, ..., TILE) its noisy cells, ``wt``
+    the inverse noise variance (0 for empty slots). The estimate is Definition 10's mean of
+    outer products over the relaxed rows, evaluated tile by tile; padding cells are 0 on both
+    sides, so the sum over tiles is exactly the sum over the marginal's cells.
+    """
+    logits = params[0]
+    n = logits.shape[0]
+    probs = tiled_probs(logits, statics.layout, statics.tiles)  # (tiles, n, TILE)
+    letters = "abcdefgh"
+    total = 0.0
+    for k_s, (ids, tgt, wt) in marginals.items():
+        k = int(k_s)
+        factors = [probs[ids[:, j]] for j in range(k)]  # (cap, n, TILE)
+        sub = ",".join(f"wr{letters[j]}" for j in range(k))
+        est = jnp.einsum(f"{sub}->w{letters[:k]}", *factors) / n
+        err = jnp.sum((est - tgt) ** 2, axis=tuple(range(1, k + 1)))
+        total = total + jnp.sum(wt * err)
+    return total
+
+
+def _rest_loss(params, groups, scalars, sigma, statics: _Statics, thr_params: list[dict]):
+    """Weighted squared error of the threshold families and the scalar (count, moment) queries
+    at sigmoid inverse temperature ``sigma``; unmeasured queries have weight 0."""
     logits, positions = params
     rm = RowModel(statics.layout, logits, positions, sigma)
     n = logits.shape[0]
-    probs = {k: padded_probs(logits, jnp.asarray(g)) for k, g in statics.class_gather.items()}
     total = 0.0
-    letters = "abcdefgh"
-    for key_s, (idx, tgt, wt) in data["marginals"].items():
-        key = tuple(int(s) for s in key_s.split("x"))
-        factors = [probs[s][idx[:, j]] for j, s in enumerate(key)]  # (cap, n, s)
-        sub = ",".join(f"wr{letters[j]}" for j in range(len(key)))
-        est = jnp.einsum(f"{sub}->w{letters[: len(key)]}", *factors) / n
-        total = total + jnp.sum(wt * jnp.sum((est - tgt) ** 2, axis=tuple(range(1, len(key) + 1))))
-    for ans, (tgt, wt) in zip(
-        _threshold_answers(rm, statics, thr_params), data["groups"], strict=True
-    ):
+    for ans, (tgt, wt) in zip(_threshold_answers(rm, statics, thr_params), groups, strict=True):
         total = total + jnp.sum(wt * jnp.sum((ans - tgt) ** 2, axis=1))
     if statics.scalars:
         est = jnp.stack([_scalar(rm, q) for q in statics.scalars]) / n
-        tgt, wt = data["scalars"]
+        tgt, wt = scalars
         total = total + jnp.sum(wt * (est - tgt) ** 2)
     return total
 
@@ -234,6 +266,15 @@ def _scalar(rm: RowModel, q: Query) -> jnp.ndarray:
 
 @dataclass
 class _Fitter:
+    """Adam (optax) on the joint loss of all measurements so far (Algorithm 1).
+
+    One optimisation step is two jitted calls: the threshold and scalar term (every candidate
+    present, unmeasured ones with weight 0, so its shapes never change and it compiles once),
+    then the marginal term fused with the Adam update. Only the marginal step sees shapes that
+    grow with the measurements (one bucket per padded size tuple), so a new round recompiles
+    that small function alone, never the sigmoid-heavy threshold term.
+    """
+
     statics: _Statics
     thresholds: tuple[Query, ...]
     options: RapOptions
@@ -242,31 +283,38 @@ class _Fitter:
     def __post_init__(self) -> None:
         self.optimizer = optax.adam(self.options.learning_rate)
         self.thr_params = _threshold_arrays(self.statics, self.thresholds)
-        self._run = jax.jit(self._scan)
+        s = self.statics
+        self._has_rest = bool(s.halfspace_groups or s.prefix_groups or s.scalars)
+        self._rest = jax.jit(
+            jax.value_and_grad(partial(_rest_loss, statics=s, thr_params=self.thr_params))
+        )
+        self._step = jax.jit(self._marginal_step)
+        self._init = jax.jit(self.optimizer.init)
 
-    def _scan(self, params, data, sigmas):
-        opt_state = self.optimizer.init(params)
+    def _marginal_step(self, params, opt_state, rest_loss, rest_grad, marginals):
+        loss, grad = jax.value_and_grad(_marginals_loss)(params, marginals, self.statics)
+        grad = jax.tree_util.tree_map(jnp.add, grad, rest_grad)
+        updates, opt_state = self.optimizer.update(grad, opt_state)
+        params = optax.apply_updates(params, updates)
+        return (params[0], jnp.clip(params[1], 0.0, 1.0)), opt_state, loss + rest_loss
 
-        def step(carry, sigma):
-            params, opt_state = carry
-            loss, grads = jax.value_and_grad(_loss)(
-                params, data, sigma, self.statics, self.thr_params
-            )
-            updates, opt_state = self.optimizer.update(grads, opt_state)
-            params = optax.apply_updates(params, updates)
-            params = (params[0], jnp.clip(params[1], 0.0, 1.0))
-            return (params, opt_state), loss
-
-        (params, _), losses = jax.lax.scan(step, (params, opt_state), sigmas)
-        return params, losses
-
-    def fit(self, params, measured: Sequence[_Measured]):
+    def fit(self, params, measured: Sequence[_Measured], iterations: int):
+        """``iterations`` Adam steps from ``params``; returns (params, losses)."""
         data = _build_data(self.statics, measured, self.thresholds)
         o = self.options
-        sigmas = jnp.asarray(
-            np.geomspace(o.sigma_start, o.sigma_max, o.iterations), dtype=jnp.float32
-        )
-        return self._run(params, data, sigmas)
+        sigmas = np.geomspace(o.sigma_start, o.sigma_max, iterations).astype(np.float32)
+        opt_state = self._init(params)
+        rest_loss = jnp.zeros((), jnp.float32)
+        rest_grad = jax.tree_util.tree_map(jnp.zeros_like, params)
+        losses = []
+        for sigma in sigmas:
+            if self._has_rest:
+                rest_loss, rest_grad = self._rest(params, data["groups"], data["scalars"], sigma)
+            params, opt_state, loss = self._step(
+                params, opt_state, rest_loss, rest_grad, data["marginals"]
+            )
+            losses.append(loss)
+        return params, jnp.stack(losses)
 
 
 # ------------------------------------------------------------------------------------------
@@ -275,10 +323,34 @@ class _Fitter:
 
 def relaxed_marginal(probs: Mapping[str, np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
     """Expected marginal of the relaxed rows, flattened in row-major cell order."""
-    letters = "abcdefgh"
-    sub = ",".join(f"r{letters[j]}" for j in range(len(columns)))
+    return relaxed_marginals(probs, [columns])[columns]
+
+
+def relaxed_marginals(
+    probs: Mapping[str, np.ndarray], marginals: Sequence[tuple[str, ...]]
+) -> dict[tuple[str, ...], np.ndarray]:
+    """Expected marginals of the relaxed rows (Definition 10), flattened in row-major order.
+
+    Marginals sharing all but their last column share one Khatri-Rao (row-wise outer) product
+    of the leading columns' probabilities, multiplied by the stacked last columns in one matrix
+    product: ``n * cells`` multiply-adds in BLAS, no dense query matrix.
+    """
     n = next(iter(probs.values())).shape[0]
-    return np.einsum(f"{sub}->{letters[: len(columns)]}", *[probs[c] for c in columns]).ravel() / n
+    groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for cols in dict.fromkeys(marginals):
+        groups.setdefault(cols[:-1], []).append(cols)
+    out: dict[tuple[str, ...], np.ndarray] = {}
+    for lead, members in groups.items():
+        left = np.ones((n, 1), dtype=np.float32)
+        for c in lead:
+            left = (left[:, :, None] * probs[c][:, None, :]).reshape(n, -1)
+        lasts = [probs[m[-1]] for m in members]
+        prod = (left.T @ np.concatenate(lasts, axis=1)) / n
+        offset = 0
+        for m, last in zip(members, lasts, strict=True):
+            out[m] = prod[:, offset : offset + last.shape[1]].ravel()
+            offset += last.shape[1]
+    return out
 
 
 def _answers_of_rows(
@@ -286,14 +358,14 @@ def _answers_of_rows(
 ) -> dict[Query, np.ndarray]:
     """Answers of ``queries`` on the current relaxed rows (expected values; sharp ``sigma``)."""
     logits, positions = params
-    probs = {
-        c: np.asarray(jax.nn.softmax(logits[:, o : o + s], axis=1))
-        for c, o, s in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True)
-    }
-    out: dict[Query, np.ndarray] = {}
-    for q in queries:
-        if isinstance(q, Marginal):
-            out[q] = relaxed_marginal(probs, q.columns)
+    z = np.asarray(logits, dtype=np.float32)
+    probs = {}
+    for c, o, s in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True):
+        e = np.exp(z[:, o : o + s] - z[:, o : o + s].max(axis=1, keepdims=True))
+        probs[c] = e / e.sum(axis=1, keepdims=True)
+    marginals = [q for q in queries if isinstance(q, Marginal)]
+    answers = relaxed_marginals(probs, [q.columns for q in marginals])
+    out: dict[Query, np.ndarray] = {q: answers[q.columns] for q in marginals}
     if any(isinstance(q, Halfspace | Prefix) for q in queries):
         rm = RowModel(layout, logits, positions, sigma)
         answers = _threshold_answers(rm, statics, thr_params)
@@ -378,7 +450,9 @@ def run_rap(
         for q, a in zip(chosen, noisy, strict=True):
             measured.append(_Measured(q, np.clip(a, 0.0, 1.0), sigma))
             done.add(q)
-        params, loss = fitter.fit(params, measured)
+        # The first fit starts from noise; later ones are warm-started from the last rows.
+        steps = options.warm_iterations if losses else options.iterations
+        params, loss = fitter.fit(params, measured, steps)
         losses.append(float(loss[-1]))
         if progress:
             progress("rap", t + 1, total)

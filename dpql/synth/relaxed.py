@@ -40,8 +40,6 @@ import numpy as np
 from dpql.domain import Domain
 from dpql.plan.ir import And, CatIn, Not, NumCmp, Or, Pred, TruePred
 
-PAD_LOGIT = -1e9
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -83,25 +81,49 @@ class Layout:
         return self.numeric.index(column)
 
 
-def pad_class(size: int) -> int:
-    """Padded block size used to bucket marginals: the next power of two, at least 2."""
-    return max(2, 1 << (size - 1).bit_length())
+TILE = 8
+"""Marginals are evaluated on tiles of ``TILE`` values per column (see :func:`tile_index`)."""
 
 
-def block_gather_index(layout: Layout, blocks: tuple[int, ...], padded: int) -> np.ndarray:
-    """(len(blocks), padded) indices into ``[logits | PAD]``; padding points at the PAD column."""
-    idx = np.full((len(blocks), padded), layout.width, dtype=np.int32)
-    for i, b in enumerate(blocks):
-        idx[i, : layout.sizes[b]] = np.arange(
-            layout.offsets[b], layout.offsets[b] + layout.sizes[b]
-        )
-    return idx
+def tile_starts(layout: Layout) -> tuple[int, ...]:
+    """Index of each block's first tile; block ``b`` has ``ceil(size_b / TILE)`` tiles."""
+    counts = [-(-s // TILE) for s in layout.sizes]
+    return tuple(int(x) for x in np.cumsum((0, *counts))[:-1])
 
 
-def padded_probs(logits: jnp.ndarray, gather: jnp.ndarray) -> jnp.ndarray:
-    """Softmax per block, padded with exact zeros: (blocks, rows, padded)."""
-    ext = jnp.concatenate([logits, jnp.full((logits.shape[0], 1), PAD_LOGIT, logits.dtype)], 1)
-    return jax.nn.softmax(jnp.transpose(ext[:, gather], (1, 0, 2)), axis=-1)
+def tile_index(layout: Layout) -> np.ndarray:
+    """(tiles, TILE) column indices into ``[probs | 0]`` (width + 1 columns).
+
+    Tile ``t`` of block ``b`` covers values ``t*TILE .. t*TILE + TILE - 1``; values past the
+    block's size point at the zero column, so padded cells have probability exactly 0. Cutting
+    every block into equal tiles gives every k-way marginal the same tensor shape, so the loss
+    compiles once however the measured marginals' sizes mix.
+    """
+    rows = []
+    for off, size in zip(layout.offsets, layout.sizes, strict=True):
+        for t in range(-(-size // TILE)):
+            v = np.arange(t * TILE, (t + 1) * TILE)
+            rows.append(np.where(v < size, off + v, layout.width))
+    return np.asarray(rows, dtype=np.int32)
+
+
+def block_probs(logits: jnp.ndarray, layout: Layout) -> jnp.ndarray:
+    """Per-block softmax of the logits, (rows, width)."""
+    parts = [
+        jax.nn.softmax(logits[:, o : o + s], axis=-1)
+        for o, s in zip(layout.offsets, layout.sizes, strict=True)
+    ]
+    return jnp.concatenate(parts, axis=1)
+
+
+def tiled_probs(logits: jnp.ndarray, layout: Layout, tiles: np.ndarray) -> jnp.ndarray:
+    """Probabilities cut into tiles: (tiles, rows, TILE), padding exactly 0.
+
+    Tiles lead so that gathering tiles (and the gradient's scatter-add) moves whole contiguous
+    (rows, TILE) slabs."""
+    probs = block_probs(logits, layout)
+    ext = jnp.concatenate([probs, jnp.zeros((probs.shape[0], 1), probs.dtype)], axis=1)
+    return jnp.transpose(ext[:, jnp.asarray(tiles)], (1, 0, 2))
 
 
 class RowModel:

@@ -27,6 +27,7 @@ class RapOptions:
     thresholds_per_round: int = 20
     relaxed_rows: int = 1000
     iterations: int = 400
+    warm_iterations: int = 200
     learning_rate: float = 0.05
     sigma_start: float = 8.0
     sigma_max: float = 512.0
@@ -55,7 +56,7 @@ class RapOptions:
         return opts
 
     def validate(self) -> None:
-        positive = ("rounds", "queries_per_round", "relaxed_rows", "iterations")
+        positive = ("rounds", "queries_per_round", "relaxed_rows", "iterations", "warm_iterations")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"RAP option '{name}' must be at least 1")

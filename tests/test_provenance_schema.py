@@ -1,0 +1,108 @@
+"""The provenance record's JSON Schema (spec/provenance.schema.json): a real compile's record
+validates, `dpql verify` rejects records that do not, and the requirement and I-projection
+sections carry what the record promises (DP values only)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import jsonschema
+import pytest
+from test_compile_e2e import small_release  # noqa: F401 (the fixture: a small rap release)
+
+from dpql.cli import main
+from dpql.provenance import RECORD_VERSION, record_schema, verify_record
+from dpql.spec.schema import SCHEMA_DIR
+
+SCHEMA = json.loads((SCHEMA_DIR / "provenance.schema.json").read_text(encoding="utf-8"))
+
+
+def test_committed_schema_is_the_versioned_record_schema() -> None:
+    assert SCHEMA == record_schema()
+    assert SCHEMA["properties"]["dpql_provenance"] == {"const": RECORD_VERSION}
+    assert str(RECORD_VERSION) in SCHEMA["title"]
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+def _mutations(record: dict) -> dict[str, dict]:
+    """Records that break the schema in one place each."""
+    out = {}
+    r = copy.deepcopy(record)
+    r["requirements"][0]["true_value"] = 0.5  # an undeclared field (could leak private data)
+    out["unknown requirement key"] = r
+    r = copy.deepcopy(record)
+    del r["postprocess"]
+    out["missing postprocess"] = r
+    r = copy.deepcopy(record)
+    r["output"]["rows"] = "many"
+    out["wrong type"] = r
+    r = copy.deepcopy(record)
+    r["requirements"][1]["verdict"] = "maybe"
+    out["bad verdict"] = r
+    r = copy.deepcopy(record)
+    r["privacy"]["events"][0]["mechanism"] = "laplace"
+    out["unknown mechanism"] = r
+    r = copy.deepcopy(record)
+    r["postprocess"]["weights"] = [0.1, 0.9]  # per-row data must not be recorded
+    out["row weights"] = r
+    return out
+
+
+def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release: Path, capsys):  # noqa: F811
+    assert main(["compile", str(small_release), "--seed", "3", "--quiet"]) == 0
+    out = small_release.parent / "out"
+    record_path = out / "adult_synthetic.provenance.json"
+    record = json.loads(record_path.read_text())
+    jsonschema.validate(record, SCHEMA)
+    assert verify_record(record, out / "adult_synthetic.csv") == []
+
+    # the requirement section: noisy real value, sigma, tolerance, before / after, verdict
+    logit, corr, mean = record["requirements"]
+    for r in (logit, corr, mean):
+        assert r["verdict"] in ("pass", "fail", "inconclusive")
+        if r["real_noisy"] is None:  # noise swamped the statistic (n = 3000): said, not hidden
+            assert r["verdict"] == "inconclusive" and "undefined" in r["note"]
+        else:
+            assert r["sigma"] > 0
+        assert r["synthetic_before"] is not None and r["synthetic_after"] is not None
+    assert logit["kind"] == "logistic" and logit["metric"] == "accuracy"
+    assert logit["tolerance"]["within"] == 0.02 and logit["rho"] > 0
+    bound = logit["excess_risk_bound"]
+    assert bound["kind"] == "upper bound" and "not the accuracy" in bound["assumptions"]
+    assert corr["kind"] == "corr" and mean["kind"] == "mean"
+
+    # the I-projection summary, aligned with its measures; accounting matches the ledger
+    post = record["postprocess"]
+    k = len(post["measures"])
+    assert k > 0 and all(len(post[v]) == k for v in ("lambda", "noisy", "target"))
+    assert post["kkt_violation"] <= 1e-6 and post["iterations"] >= 1
+    (event,) = [e for e in record["privacy"]["events"] if e["phase"] == "iproj.measure"]
+    assert event["count"] == k and math.isclose(event["noise_scale"], post["noise_sigma"])
+
+    for what, bad in _mutations(record).items():
+        problems = verify_record(bad)
+        assert problems and {p.code for p in problems} == {"V003"}, what
+    old = {**record, "dpql_provenance": RECORD_VERSION - 1}
+    assert [p.code for p in verify_record(old)] == ["V001"]
+
+    bad = _mutations(record)["unknown requirement key"]
+    record_path.write_text(json.dumps(bad))
+    capsys.readouterr()
+    assert main(["verify", str(record_path)]) == 1
+    assert "V003" in capsys.readouterr().out
+
+
+def test_schema_problems_name_the_place(tmp_path: Path) -> None:
+    record = {"dpql_provenance": RECORD_VERSION, "output": {"rows": 1}}
+    problems = verify_record(record)
+    assert problems and all(p.code == "V003" for p in problems)
+    assert any("'privacy' is a required property" in p.message for p in problems)
+    assert any(p.message.startswith("output:") for p in problems)
+
+
+@pytest.mark.parametrize("value", [[], "record", None])
+def test_non_records_are_rejected(value) -> None:
+    assert [p.code for p in verify_record(value)] == ["V001"]  # type: ignore[arg-type]
