@@ -19,8 +19,8 @@ every column; a column may override it with its own ``missing``:
 
 Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
 is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
-(default one half each, rap_pp.md §4.2), ``autoencoder``/``generator`` for gan
-(dp_auto_gan.md §4.2). Shares are positive and sum to 1.
+(default 1/4 and 3/4 of each adaptive round; rap_pp.md §4.2 uses one half each),
+``autoencoder``/``generator`` for gan (dp_auto_gan.md §4.2). Shares are positive and sum to 1.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ it never sees data, only noisy measurements and noisy selections from a
    the inverse noise variance of its release; old measurements are never re-noised (pitfall 5).
    The sigmoid inverse temperature is annealed geometrically from ``sigma_start`` to
    ``sigma_max`` within each round (a fixed schedule instead of the code's plateau rule, so the
-   whole round is one ``lax.scan``).
+   whole round is one annealing pass). The first fit runs ``iterations`` steps from random
+   rows, later fits ``warm_iterations`` steps from the previous round's rows.
 4. **Rounding** (§5.7): output rows are spread evenly over the relaxed rows; each draws every
    column independently from its row's distribution (a numeric column draws a bin, then takes
    the row's within-bin position). The rounding seed is not a DP seed and may be recorded.
@@ -45,7 +46,7 @@ import optax
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.plan.oracle import MeasurementOracle
-from dpql.synth.relaxed import TILE, Layout, RowModel, tile_index, tile_starts, tiled_probs
+from dpql.synth.relaxed import TILE, Layout, RowModel, block_index, tile_starts, tiled_probs
 from dpql.synth.schedule import (
     Progress,
     RapOptions,
@@ -72,7 +73,7 @@ class _Statics:
     """Static (trace-time) structure of the relaxed problem."""
 
     layout: Layout
-    tiles: np.ndarray  # (tiles, TILE) indices into [probs | 0], see relaxed.tile_index
+    blocks: np.ndarray  # (blocks, padded size) indices into [logits | PAD], relaxed.block_index
     tile_start: tuple[int, ...]  # first tile of each block
     halfspace_groups: tuple[tuple[tuple[str, ...], str], ...]
     prefix_groups: tuple[tuple[tuple[str, ...], str | None], ...]
@@ -82,7 +83,7 @@ class _Statics:
 def _statics(layout: Layout, thresholds: Sequence[Query], scalars: Sequence[Query]) -> _Statics:
     hs = tuple(dict.fromkeys((q.columns, q.by) for q in thresholds if isinstance(q, Halfspace)))
     pf = tuple(dict.fromkeys((q.columns, q.by) for q in thresholds if isinstance(q, Prefix)))
-    return _Statics(layout, tile_index(layout), tile_starts(layout), hs, pf, tuple(scalars))
+    return _Statics(layout, block_index(layout), tile_starts(layout), hs, pf, tuple(scalars))
 
 
 def _marginal_tiles(statics: _Statics, columns: tuple[str, ...], answer: np.ndarray):
@@ -228,7 +229,7 @@ def _marginals_loss(params, marginals: Mapping[str, tuple], statics: _Statics):
     """
     logits = params[0]
     n = logits.shape[0]
-    probs = tiled_probs(logits, statics.layout, statics.tiles)  # (tiles, n, TILE)
+    probs = tiled_probs(logits, statics.blocks)  # (tiles, n, TILE)
     letters = "abcdefgh"
     total = 0.0
     for k_s, (ids, tgt, wt) in marginals.items():
@@ -270,9 +271,13 @@ class _Fitter:
 
     One optimisation step is two jitted calls: the threshold and scalar term (every candidate
     present, unmeasured ones with weight 0, so its shapes never change and it compiles once),
-    then the marginal term fused with the Adam update. Only the marginal step sees shapes that
-    grow with the measurements (one bucket per padded size tuple), so a new round recompiles
-    that small function alone, never the sigmoid-heavy threshold term.
+    then the marginal term fused with the Adam update. Marginals are cut into equal tiles (one
+    tensor shape per arity, capacity doubling), so the marginal step recompiles only when the
+    measured tiles double, never per round, and never the sigmoid-heavy threshold term.
+
+    The loop over steps runs in Python (two dispatches per step, asynchronous) rather than in a
+    ``lax.scan``: a scan would fuse both terms into one program that recompiles whole whenever a
+    round adds marginals, which cost more than the whole optimisation on the Adult workload.
     """
 
     statics: _Statics

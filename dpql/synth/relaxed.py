@@ -82,48 +82,45 @@ class Layout:
 
 
 TILE = 8
-"""Marginals are evaluated on tiles of ``TILE`` values per column (see :func:`tile_index`)."""
+"""Marginals are evaluated on tiles of ``TILE`` values per column (see :func:`block_index`)."""
+
+PAD_LOGIT = -1e9
+
+
+def tiles_per_block(layout: Layout) -> int:
+    """Tiles reserved per block: enough for the widest column (its size rounded up to TILE)."""
+    return -(-max(layout.sizes) // TILE)
+
+
+def block_index(layout: Layout) -> np.ndarray:
+    """(blocks, tiles_per_block * TILE) indices into ``[logits | PAD]``; past a block's size
+    they point at the PAD column, whose probability is exactly 0 after the softmax."""
+    width = tiles_per_block(layout) * TILE
+    idx = np.full((len(layout.sizes), width), layout.width, dtype=np.int32)
+    for b, (off, size) in enumerate(zip(layout.offsets, layout.sizes, strict=True)):
+        idx[b, :size] = np.arange(off, off + size)
+    return idx
 
 
 def tile_starts(layout: Layout) -> tuple[int, ...]:
-    """Index of each block's first tile; block ``b`` has ``ceil(size_b / TILE)`` tiles."""
-    counts = [-(-s // TILE) for s in layout.sizes]
-    return tuple(int(x) for x in np.cumsum((0, *counts))[:-1])
+    """Id of each block's first tile in :func:`tiled_probs`; block ``b``'s tile ``t`` covers its
+    values ``t*TILE .. t*TILE + TILE - 1``."""
+    return tuple(b * tiles_per_block(layout) for b in range(len(layout.sizes)))
 
 
-def tile_index(layout: Layout) -> np.ndarray:
-    """(tiles, TILE) column indices into ``[probs | 0]`` (width + 1 columns).
+def tiled_probs(logits: jnp.ndarray, index: np.ndarray) -> jnp.ndarray:
+    """Per-block softmax cut into tiles: (blocks * tiles_per_block, rows, TILE).
 
-    Tile ``t`` of block ``b`` covers values ``t*TILE .. t*TILE + TILE - 1``; values past the
-    block's size point at the zero column, so padded cells have probability exactly 0. Cutting
-    every block into equal tiles gives every k-way marginal the same tensor shape, so the loss
-    compiles once however the measured marginals' sizes mix.
+    One padded softmax over (rows, blocks, padded size), then a reshape: every block gets the
+    same number of TILE-wide tiles, padding cells (and whole tiles past a block's size) are
+    exactly 0. Equal tiles give every k-way marginal the same tensor shape, so the loss
+    compiles once however the measured marginals' sizes mix; tiles lead so that gathering them
+    (and the gradient's scatter-add) moves whole contiguous (rows, TILE) slabs.
     """
-    rows = []
-    for off, size in zip(layout.offsets, layout.sizes, strict=True):
-        for t in range(-(-size // TILE)):
-            v = np.arange(t * TILE, (t + 1) * TILE)
-            rows.append(np.where(v < size, off + v, layout.width))
-    return np.asarray(rows, dtype=np.int32)
-
-
-def block_probs(logits: jnp.ndarray, layout: Layout) -> jnp.ndarray:
-    """Per-block softmax of the logits, (rows, width)."""
-    parts = [
-        jax.nn.softmax(logits[:, o : o + s], axis=-1)
-        for o, s in zip(layout.offsets, layout.sizes, strict=True)
-    ]
-    return jnp.concatenate(parts, axis=1)
-
-
-def tiled_probs(logits: jnp.ndarray, layout: Layout, tiles: np.ndarray) -> jnp.ndarray:
-    """Probabilities cut into tiles: (tiles, rows, TILE), padding exactly 0.
-
-    Tiles lead so that gathering tiles (and the gradient's scatter-add) moves whole contiguous
-    (rows, TILE) slabs."""
-    probs = block_probs(logits, layout)
-    ext = jnp.concatenate([probs, jnp.zeros((probs.shape[0], 1), probs.dtype)], axis=1)
-    return jnp.transpose(ext[:, jnp.asarray(tiles)], (1, 0, 2))
+    n = logits.shape[0]
+    ext = jnp.concatenate([logits, jnp.full((n, 1), PAD_LOGIT, logits.dtype)], axis=1)
+    probs = jax.nn.softmax(ext[:, jnp.asarray(index)], axis=-1)  # (n, blocks, padded)
+    return jnp.transpose(probs.reshape(n, -1, TILE), (1, 0, 2))
 
 
 class RowModel:

@@ -154,7 +154,8 @@ def plan_rap(
         rounds.append(RapRound("init", len(init), 0.0, parts["init"]))
 
     # Each adaptive round: ``select_share`` of its rho to selection, the rest to measurement
-    # (rap_pp.md §4.2 uses one half each; ``privacy.split`` in the spec can change it).
+    # (rap_pp.md §4.2 uses one half each; the planner's default is a quarter, and
+    # ``privacy.split`` in the spec can change it).
     def halves(part: float, n_rounds: int) -> tuple[float, float]:
         if not n_rounds:
             return 0.0, 0.0

@@ -21,6 +21,19 @@ thus depends on ``|B|``; run times are not part of any release.)
 Only this module and :mod:`dpql.synth.gan.train` touch private rows. The sampling and noise
 key must come from the privacy layer's noise source (``NoiseSource.jax_key()``): secrecy of the
 sample is what the amplification-by-subsampling analysis assumes.
+
+Large tables (:func:`poisson_batches`, :func:`sampled_private_gradient`). When the encoded rows
+do not fit on the device, each step's sample is drawn on the host *by row number* and only the
+sampled rows are fetched (from the data layer's out-of-core row store). The sample has the
+distribution of :func:`poisson_mask` (up to the rounding below): every row independently with
+probability ``p = floor(q * 2**32) / 2**32 <= q``. It is drawn in O(|B|), not O(n), as the positions
+of the successes of those n Bernoulli(p) trials: the gaps between successes are i.i.d.
+Geometric(p), sampled by inversion, ``G = 1 + floor(log(U) / log(1 - p))`` with ``U`` uniform
+on (0, 1] from 53 random bits (``P(G > k) = P(U <= (1-p)**k) = (1-p)**k``); positions past the
+last row end the sample. So the accountant's analysis (Poisson subsampling at rate q, secret
+sample) holds unchanged; the only departure from the ideal sampler is float64 rounding in the
+inversion (relative 1e-16), the caveat :mod:`dpql.privacy.noise` states for all its samplers.
+The random bits come from a key of the noise source, like the mask's.
 """
 
 from __future__ import annotations
@@ -28,15 +41,18 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 Params = Any  # a pytree of arrays
 PerExampleLoss = Callable[[Params, jax.Array, Any], jax.Array]
 ExtrasFn = Callable[[jax.Array, int], Any]
+GAP_SIGMAS = 6.0  # gaps drawn at once per step: expected batch + this many standard deviations
 
 
 @dataclass(frozen=True)
@@ -71,6 +87,64 @@ def poisson_mask(key: jax.Array, rows: int, sampling_rate: float) -> jax.Array:
         return jnp.ones((rows,), dtype=bool)
     threshold = jnp.uint32(math.floor(sampling_rate * 2**32))
     return jax.random.bits(key, (rows,), jnp.uint32) < threshold
+
+
+def realised_rate(sampling_rate: float) -> float:
+    """The inclusion probability both samplers use: ``floor(q * 2**32) / 2**32 <= q`` (1 if
+    ``q >= 1``)."""
+    if sampling_rate >= 1.0:
+        return 1.0
+    return math.floor(sampling_rate * 2**32) / 2**32
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _step_words(key: jax.Array, steps: int, gaps: int) -> jax.Array:
+    """``(steps, gaps, 2)`` random words, step ``s`` from ``split(key, steps)[s]``."""
+    keys = jax.random.split(key, steps)
+    return jax.vmap(lambda k: jax.random.bits(k, (gaps, 2), jnp.uint32))(keys)
+
+
+def _geometric_gaps(words: np.ndarray, log1m_p: float, cap: int) -> np.ndarray:
+    """Geometric(p) gaps (support 1, 2, ...) by inversion from pairs of 32-bit words, capped at
+    ``cap`` (beyond the last row, where the exact value no longer matters)."""
+    hi = words[..., 0].astype(np.uint64) >> np.uint64(5)
+    lo = words[..., 1].astype(np.uint64) >> np.uint64(6)
+    u = ((hi << np.uint64(26)) + lo + np.uint64(1)).astype(np.float64) * 2.0**-53  # (0, 1]
+    return 1 + np.minimum(np.floor(np.log(u) / log1m_p), cap).astype(np.int64)
+
+
+def poisson_batches(
+    key: jax.Array, rows: int, sampling_rate: float, steps: int
+) -> list[np.ndarray]:
+    """The Poisson samples of ``steps`` DP-SGD steps over ``rows`` rows: per step the sorted row
+    numbers, each row included independently with probability ``realised_rate(q)`` (see the
+    module docstring), in time O(steps * expected batch). Step ``s`` depends only on
+    ``split(key, steps)[s]``; ``key`` must come from the noise source and stay secret.
+    """
+    p = realised_rate(sampling_rate)
+    if p >= 1.0:
+        return [np.arange(rows, dtype=np.int64) for _ in range(steps)]
+    if p <= 0.0 or rows == 0:
+        return [np.zeros(0, dtype=np.int64) for _ in range(steps)]
+    log1m_p = math.log1p(-p)
+    mean = rows * p
+    gaps = max(1, math.ceil(mean + GAP_SIGMAS * math.sqrt(mean) + 2))  # one draw almost always
+    words = np.asarray(_step_words(key, steps, gaps))
+    step_keys = None
+    out = []
+    for s in range(steps):
+        position = np.cumsum(_geometric_gaps(words[s], log1m_p, rows)) - 1
+        extra = 0
+        while position[-1] < rows:  # the sample is not complete yet: more gaps
+            extra += 1
+            step_keys = jax.random.split(key, steps) if step_keys is None else step_keys
+            more_key = jax.random.fold_in(step_keys[s], extra)
+            more = np.asarray(jax.random.bits(more_key, (gaps, 2), jnp.uint32))
+            position = np.concatenate(
+                [position, position[-1] + np.cumsum(_geometric_gaps(more, log1m_p, rows))]
+            )
+        out.append(position[position < rows])
+    return out
 
 
 def per_example_gradients(
@@ -125,6 +199,11 @@ def clipped_gradient_sum(
     return jax.lax.fori_loop(0, (count + chunk - 1) // chunk, add_chunk, zeros)
 
 
+def _noisy_mean(total: Params, key: jax.Array, phase: DpSgdPhase) -> Params:
+    noise = gaussian_noise_like(key, total, phase.noise_multiplier * phase.clip_norm)
+    return jax.tree.map(lambda t, e: (t + e) / phase.expected_batch, total, noise)
+
+
 def private_gradient(
     loss: PerExampleLoss,
     params: Params,
@@ -137,5 +216,25 @@ def private_gradient(
     k_sample, k_extras, k_noise = jax.random.split(key, 3)
     mask = poisson_mask(k_sample, data.shape[0], phase.sampling_rate)
     total = clipped_gradient_sum(loss, params, data, mask, k_extras, phase, extras)
-    noise = gaussian_noise_like(k_noise, total, phase.noise_multiplier * phase.clip_norm)
-    return jax.tree.map(lambda t, e: (t + e) / phase.expected_batch, total, noise)
+    return _noisy_mean(total, k_noise, phase)
+
+
+def sampled_private_gradient(
+    loss: PerExampleLoss,
+    params: Params,
+    batch: jax.Array,
+    count: jax.Array,
+    key: jax.Array,
+    phase: DpSgdPhase,
+    extras: ExtrasFn | None = None,
+) -> Params:
+    """:func:`private_gradient` on a sample drawn on the host: rows ``batch[:count]`` are the
+    step's Poisson sample (:func:`poisson_batches`), the rest padding. Every sampled row counts,
+    whatever ``count`` is (``batch`` is as long as the largest sample). ``key`` splits as in
+    :func:`private_gradient` (its sampling part unused), so with every row sampled both give
+    the same gradient for the same key.
+    """
+    _, k_extras, k_noise = jax.random.split(key, 3)
+    mask = jnp.arange(batch.shape[0]) < count
+    total = clipped_gradient_sum(loss, params, batch, mask, k_extras, phase, extras)
+    return _noisy_mean(total, k_noise, phase)

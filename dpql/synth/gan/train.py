@@ -20,12 +20,19 @@ Only the critic steps are accounted in phase 2 (the paper's 15 000 "iterations",
 
 Nothing computed from private rows leaves :func:`train_gan` except the DP-SGD-trained parameters:
 no training losses, batch sizes or norms are returned or logged (they would be unaccounted).
+
+Data paths (same mechanism, same accounting): a table of at most :data:`DEVICE_ROWS` rows is
+encoded once and kept on the device, each step drawing its Poisson mask over all rows inside
+the jitted loop; larger tables, or rows held out of core (:class:`PrivateRows`, e.g. the data
+layer's row store), are sampled on the host by row number (:func:`dpsgd.poisson_batches`, O(batch)
+per step) and only the sampled rows are fetched, encoded and sent to the device, a block of
+steps at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -41,11 +48,56 @@ from dpql.privacy.accountant import calibrate_dpsgd_noise, epsilon_from_events
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 from dpql.privacy.noise import NoiseSource
 from dpql.synth.gan import encoding, nets
-from dpql.synth.gan.dpsgd import DpSgdPhase, Params, private_gradient
+from dpql.synth.gan.dpsgd import (
+    DpSgdPhase,
+    Params,
+    PerExampleLoss,
+    poisson_batches,
+    private_gradient,
+    sampled_private_gradient,
+)
 from dpql.synth.gan.options import GanOptions
 
 Progress = Callable[[str, int, int], None]
 OVER_BUDGET = "gan-over-budget"
+DEVICE_ROWS = 1 << 16  # tables up to this many rows train on a device-resident copy
+BLOCK_FLOATS = 1 << 23  # floats of sampled rows sent to the device per block of steps (32 MiB)
+
+
+class PrivateRows(Protocol):
+    """Private rows in the public encoding, addressed by row number (e.g. the data layer's
+    out-of-core ``dpql.data.rows.RowStore``). ``take`` returns the rows in the order given."""
+
+    @property
+    def domain(self) -> Domain: ...
+
+    @property
+    def n(self) -> int: ...
+
+    def take(self, rows: np.ndarray) -> EncodedTable: ...
+
+
+@dataclass(frozen=True, eq=False)
+class _TableRows:
+    """An in-memory table as :class:`PrivateRows`."""
+
+    table: EncodedTable
+
+    @property
+    def domain(self) -> Domain:
+        return self.table.domain
+
+    @property
+    def n(self) -> int:
+        return self.table.n
+
+    def take(self, rows: np.ndarray) -> EncodedTable:
+        t = self.table
+        return EncodedTable(
+            t.domain,
+            {k: v[rows] for k, v in t.codes.items()},
+            {k: v[rows] for k, v in t.scaled.items()},
+        )
 
 
 class EpsilonDelta(Protocol):
@@ -165,34 +217,101 @@ class GanModel:
 
 def _run_phase(
     name: str,
-    step: Callable[[Any, jax.Array, Any], Any],
+    step: Callable[[Any, jax.Array, Any, Any], Any],
     state: Any,
     inputs: Any,
     phase: DpSgdPhase,
     progress: Progress | None,
+    rows: PrivateRows | None = None,
+    sample_key: jax.Array | None = None,
 ) -> Any:
-    """Run ``state = step(state, i, inputs)`` for ``i < phase.steps``, one jitted ``lax.scan``
-    per expected epoch (``1 / q`` steps), reporting progress after each.
+    """Run ``state = step(state, i, inputs, batch)`` for ``i < phase.steps`` in jitted
+    ``lax.scan`` blocks, reporting progress after each.
 
-    Private data and noise keys travel as jit *arguments* (``inputs``), never as closed-over
-    constants, so they are not embedded in compiled programs (which JAX may cache on disk), and
-    they are not part of the returned state.
+    Without ``rows`` the private data is in ``inputs`` and ``batch`` is ``None``: one block per
+    expected epoch (``1 / q`` steps). With ``rows`` (:func:`_streamed_blocks`) ``batch`` is the
+    step's ``(sampled rows, count)``, drawn on the host from ``sample_key``.
+
+    Private data and noise keys travel as jit *arguments* (``inputs``, batches), never as
+    closed-over constants, so they are not embedded in compiled programs (which JAX may cache on
+    disk), and they are not part of the returned state.
     """
     total = phase.steps
-    block = max(1, min(total, round(1 / phase.sampling_rate)))
+
+    def body(s: Any, x: tuple[jax.Array, Any], inputs: Any) -> tuple[Any, None]:
+        i, batch = x
+        return jax.lax.cond(i < total, lambda s: step(s, i, inputs, batch), lambda s: s, s), None
+
+    if rows is None:
+        block = max(1, min(total, round(1 / phase.sampling_rate)))
+
+        @jax.jit
+        def run_block(state: Any, start: jax.Array, inputs: Any) -> Any:
+            xs = (start + jnp.arange(block), None)
+            return jax.lax.scan(lambda s, x: body(s, x, inputs), state, xs)[0]
+
+        for start in range(0, total, block):
+            state = jax.block_until_ready(run_block(state, jnp.asarray(start), inputs))
+            if progress is not None:
+                progress(name, min(start + block, total), total)
+        return state
+
+    assert sample_key is not None
 
     @jax.jit
-    def run_block(state: Any, start: jax.Array, inputs: Any) -> Any:
-        def body(s: Any, i: jax.Array) -> tuple[Any, None]:
-            return jax.lax.cond(i < total, lambda s: step(s, i, inputs), lambda s: s, s), None
+    def run_sampled(state: Any, start: jax.Array, inputs: Any, batches: Any) -> Any:
+        xs = (start + jnp.arange(batches[1].shape[0]), batches)
+        return jax.lax.scan(lambda s, x: body(s, x, inputs), state, xs)[0]
 
-        return jax.lax.scan(body, state, start + jnp.arange(block))[0]
-
-    for start in range(0, total, block):
-        state = jax.block_until_ready(run_block(state, jnp.asarray(start), inputs))
+    for start, batches in _streamed_blocks(rows, phase, sample_key):
+        state = run_sampled(state, jnp.asarray(start), inputs, batches)
         if progress is not None:
-            progress(name, min(start + block, total), total)
+            state = jax.block_until_ready(state)
+            progress(name, min(start + batches[1].shape[0], total), total)
     return state
+
+
+def _streamed_blocks(
+    rows: PrivateRows, phase: DpSgdPhase, key: jax.Array
+) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """Per block of steps: the first step's index and ``(batches, counts)``, ``batches[s, :
+    counts[s]]`` the encoded Poisson sample of step ``start + s`` (rows drawn independently
+    with probability ``realised_rate(q)`` by :func:`dpsgd.poisson_batches`; block ``b`` uses
+    ``fold_in(key, b)``), zero-padded to a multiple of ``phase.chunk_size`` that holds the
+    block's largest sample, so no sampled row is ever dropped. Steps past ``phase.steps`` in
+    the last block are empty. The padded shape changes rarely (a recompilation each time)."""
+    chunk, width = phase.chunk_size, encoding.width(rows.domain)
+    block = max(1, min(phase.steps, BLOCK_FLOATS // (chunk * width)))
+    for b, start in enumerate(range(0, phase.steps, block)):
+        steps = min(block, phase.steps - start)
+        samples = poisson_batches(jax.random.fold_in(key, b), rows.n, phase.sampling_rate, steps)
+        counts = np.zeros(block, dtype=np.int32)
+        counts[:steps] = [len(x) for x in samples]
+        capacity = chunk * max(1, -(-int(counts.max()) // chunk))
+        batches = np.zeros((block, capacity, width), dtype=np.float32)
+        if counts.any():
+            encoded = encoding.encode(rows.take(np.concatenate(samples)))
+            step_of = np.repeat(np.arange(block), counts)
+            slot = np.arange(step_of.size) - np.repeat(np.cumsum(counts) - counts, counts)
+            batches[step_of, slot] = encoded
+        yield start, (batches, counts)
+
+
+def _gradient(
+    loss: PerExampleLoss,
+    params: Params,
+    data: jax.Array | None,
+    batch: Any,
+    key: jax.Array,
+    phase: DpSgdPhase,
+    extras: Any = None,
+) -> Params:
+    """One noisy DP-SGD gradient: over the device-resident ``data`` (mask drawn in the step), or
+    over the step's host-drawn ``batch = (rows, count)``."""
+    if batch is None:
+        assert data is not None
+        return private_gradient(loss, params, data, key, phase, extras)
+    return sampled_private_gradient(loss, params, batch[0], batch[1], key, phase, extras)
 
 
 def _decoded(decoder: Params, generator: Params, z: jax.Array) -> jax.Array:
@@ -200,7 +319,7 @@ def _decoded(decoder: Params, generator: Params, z: jax.Array) -> jax.Array:
 
 
 def train_gan(
-    private_rows: EncodedTable,
+    private_rows: EncodedTable | PrivateRows,
     plan: GanPlan,
     *,
     noise: NoiseSource,
@@ -213,27 +332,52 @@ def train_gan(
     and DP noise use keys from ``noise``; parameter initialisation uses ``plan.options.seed``.
     The Poisson analysis does not depend on the row count, so ``private_rows.n`` may differ from
     ``plan.n_public`` (the gradient divisor stays the public ``q * n_public``).
+
+    ``private_rows``: an in-memory table (kept on the device up to :data:`DEVICE_ROWS` rows,
+    else sampled on the host) or rows addressed by number (:class:`PrivateRows`, always sampled
+    on the host, so memory does not grow with the row count). Both paths sample each row
+    independently with the same probability ``dpsgd.realised_rate(q) <= q`` per step.
     """
-    data = jnp.asarray(encoding.encode(private_rows))
+    width = encoding.width(private_rows.domain)
+    if isinstance(private_rows, EncodedTable) and private_rows.n <= DEVICE_ROWS:
+        source = _Source(width, data=jnp.asarray(encoding.encode(private_rows)))
+    elif isinstance(private_rows, EncodedTable):
+        source = _Source(width, rows=_TableRows(private_rows))
+    else:
+        source = _Source(width, rows=private_rows)
     k_ae, k_gan = jax.random.split(jax.random.key(plan.options.seed))
     ae_event, critic_event = plan.events()
     ledger.append(ae_event)
-    decoder = _train_autoencoder(data, plan, k_ae, noise.jax_key(), progress)
+    decoder = _train_autoencoder(source, plan, k_ae, noise, progress)
     ledger.append(critic_event)
-    generator = _train_wgan(data, decoder, plan, k_gan, noise.jax_key(), progress)
+    generator = _train_wgan(source, decoder, plan, k_gan, noise, progress)
     to_numpy = partial(jax.tree.map, np.asarray)
     return GanModel(private_rows.domain, plan.options, to_numpy(decoder), to_numpy(generator))
 
 
+@dataclass(frozen=True, eq=False)
+class _Source:
+    """The private rows of both phases: the encoded table on the device (``data``, ``width``
+    columns) or rows sampled on the host (``rows``)."""
+
+    width: int
+    data: jax.Array | None = None
+    rows: PrivateRows | None = None
+
+    def keys(self, noise: NoiseSource) -> tuple[jax.Array, jax.Array | None]:
+        """A phase's step key and, for host sampling, its sampling key (both from ``noise``)."""
+        return noise.jax_key(), None if self.rows is None else noise.jax_key()
+
+
 def _train_autoencoder(
-    data: jax.Array,
+    source: _Source,
     plan: GanPlan,
     init_key: jax.Array,
-    noise_key: jax.Array,
+    noise: NoiseSource,
     progress: Progress | None,
 ) -> Params:
     """Phase 1: DP-SGD on encoder and decoder jointly; returns the decoder parameters."""
-    o, n = plan.options, data.shape[1]
+    o, n = plan.options, source.width
     hidden = o.ae_hidden or (n + o.ae_latent_dim) // 2  # the authors' width rule
     params = nets.autoencoder_init(init_key, n, hidden, o.ae_latent_dim)
     optimizer = optax.adam(o.ae_learning_rate, b1=0.9, b2=0.999, eps=1e-8)
@@ -242,29 +386,32 @@ def _train_autoencoder(
         logits = nets.decode_logits(params, nets.encode(params, x))
         return jnp.mean(optax.sigmoid_binary_cross_entropy(logits, x))
 
-    def step(state: Any, i: jax.Array, inputs: tuple[jax.Array, jax.Array]) -> Any:
+    def step(state: Any, i: jax.Array, inputs: tuple[Any, jax.Array], batch: Any) -> Any:
         (params, opt_state), (data, key) = state, inputs
-        grad = private_gradient(loss, params, data, jax.random.fold_in(key, i), plan.autoencoder)
+        step_key = jax.random.fold_in(key, i)
+        grad = _gradient(loss, params, data, batch, step_key, plan.autoencoder)
         updates, opt_state = optimizer.update(grad, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     state = (params, optimizer.init(params))
-    params = _run_phase("autoencoder", step, state, (data, noise_key), plan.autoencoder, progress)[
-        0
-    ]
+    noise_key, sample_key = source.keys(noise)
+    inputs = (source.data, noise_key)
+    params = _run_phase(
+        "autoencoder", step, state, inputs, plan.autoencoder, progress, source.rows, sample_key
+    )[0]
     return {"decoder": params["decoder"]}
 
 
 def _train_wgan(
-    data: jax.Array,
+    source: _Source,
     decoder: Params,
     plan: GanPlan,
     init_key: jax.Array,
-    noise_key: jax.Array,
+    noise: NoiseSource,
     progress: Progress | None,
 ) -> Params:
     """Phase 2: DP-SGD critic, non-private generator through the frozen decoder."""
-    o, n = plan.options, data.shape[1]
+    o, n = plan.options, source.width
     k_gen, k_critic = jax.random.split(init_key)
     generator = nets.generator_init(
         k_gen, o.generator_noise_dim, o.ae_latent_dim, o.generator_layer_norm
@@ -281,14 +428,14 @@ def _train_wgan(
     def generator_loss(gen: Params, critic: Params, decoder: Params, z: jax.Array) -> jax.Array:
         return -jnp.mean(nets.critic(critic, _decoded(decoder, gen, z)))
 
-    def step(state: Any, i: jax.Array, inputs: tuple[jax.Array, Params, jax.Array]) -> Any:
+    def step(state: Any, i: jax.Array, inputs: tuple[Any, Params, jax.Array], batch: Any) -> Any:
         (critic, critic_state, gen, gen_state), (data, decoder, key) = state, inputs
         k_critic_step, k_z = jax.random.split(jax.random.fold_in(key, i))
 
         def fakes(k: jax.Array, rows: int) -> jax.Array:
             return _decoded(decoder, gen, jax.random.normal(k, (rows, o.generator_noise_dim)))
 
-        grad = private_gradient(critic_loss, critic, data, k_critic_step, plan.critic, fakes)
+        grad = _gradient(critic_loss, critic, data, batch, k_critic_step, plan.critic, fakes)
         updates, critic_state = critic_opt.update(grad, critic_state, critic)
         critic = optax.apply_updates(critic, updates)
         # WGAN weight clipping: post-processing of noised parameters, privacy-neutral.
@@ -306,8 +453,11 @@ def _train_wgan(
         return critic, critic_state, gen, gen_state
 
     state = (critic, critic_opt.init(critic), generator, gen_opt.init(generator))
-    inputs = (data, decoder, noise_key)
-    return _run_phase("generator", step, state, inputs, plan.critic, progress)[2]
+    noise_key, sample_key = source.keys(noise)
+    inputs = (source.data, decoder, noise_key)
+    return _run_phase(
+        "generator", step, state, inputs, plan.critic, progress, source.rows, sample_key
+    )[2]
 
 
 def sample(model: GanModel, rows: int, seed: int) -> EncodedTable:
