@@ -156,20 +156,24 @@ def compile_release(
             )
             synth_info.update(fit_metrics(table, list(zip(res.measured, res.noisy, strict=True))))
         elif plan.method == "gan":
-            from dpql.data.load import load_table, rules_from_spec
+            from dpql.data.load import rules_from_spec
+            from dpql.data.rows import open_private_rows
             from dpql.synth.gan import sample, train_gan
 
-            # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2).
+            # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2),
+            # in memory, or for large files from an out-of-core row store (dpql.data.rows).
             missing, other = rules_from_spec(spec.model)
-            private = load_table(
+            with open_private_rows(
                 spec.data_path,
                 spec.domain,
+                engine=spec.model.data.engine,
                 fmt=spec.model.data.format,
                 missing=missing,
                 other=other,
-            ).table
-            gan_model = train_gan(private, plan.gan, noise=noise, ledger=ledger, progress=progress)
-            del private
+            ) as private:
+                gan_model = train_gan(
+                    private, plan.gan, noise=noise, ledger=ledger, progress=progress
+                )
             table = sample(gan_model, model.rows, seed)
             synth_info.update(options=dict(model.options))
         else:
@@ -187,11 +191,14 @@ def compile_release(
             )
         timings["synthesize"] = time.perf_counter() - t
         requirements: list[dict[str, Any]] = []
+        postprocess: dict[str, Any] | None = None
         if plan.measures is not None and "iproj.measure" in plan.phase_rho:
-            from dpql.accept import postprocess_and_accept
+            from dpql.accept import run_postprocess
 
             t = time.perf_counter()
-            table, requirements = postprocess_and_accept(plan, measurer, table, seed, progress)
+            post = run_postprocess(plan, measurer, table, seed, progress)
+            table = post.table
+            requirements, postprocess = post.requirements_json(), post.summary_json()
             timings["postprocess"] = time.perf_counter() - t
         out = spec.resolve(spec.model.output.path)
         record_path = spec.resolve(spec.model.output.provenance)
@@ -210,6 +217,7 @@ def compile_release(
             ledger=ledger,
             synthesizer=synth_info,
             requirements=requirements,
+            postprocess=postprocess,
             output_path=out,
             output_rows=table.n,
             timings=timings,

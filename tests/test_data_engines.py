@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +13,14 @@ import pytest
 
 from dpql.codec import Fill
 from dpql.data import engines
-from dpql.data.engines import DuckDBEngine, InMemoryEngine, SparkEngine, open_engine
+from dpql.data.engines import (
+    DuckDBEngine,
+    InMemoryEngine,
+    SparkEngine,
+    local_spark_session,
+    open_engine,
+    spark_unavailable,
+)
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
 from dpql.plan.ir import (
@@ -22,6 +29,7 @@ from dpql.plan.ir import (
     Count,
     Halfspace,
     Marginal,
+    ModelAccuracy,
     Moment,
     Not,
     NumCmp,
@@ -132,36 +140,68 @@ def random_queries(domain: Domain, rng: np.random.Generator) -> list[Query]:
     return qs
 
 
-def spark_available() -> bool:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return False
-    return shutil.which("java") is not None
+def random_models(domain: Domain, rng: np.random.Generator) -> list[Query]:
+    """Fixed logistic and linear models over random features (possibly none), as
+    ``dpql.accept`` builds them: some classes never predicted (intercept -1e9), a binary
+    model whose first row is all zeros."""
+    names, out = domain.names, []
+    num = [c.name for c in domain.numeric]
+    cat = [c.name for c in domain.categorical]
+    for k in range(4):
+        features = tuple(str(c) for c in rng.permutation(names)[: int(rng.integers(0, 4))])
+        width = sum(1 if domain[f].kind == "numeric" else domain.card(f) for f in features)
+        label = str(rng.choice(cat))
+        coef = rng.standard_normal((domain.card(label), width))
+        intercept = rng.standard_normal(domain.card(label))
+        if k == 1:
+            intercept[rng.integers(domain.card(label))] = -1e9
+        if k == 2:
+            coef[0], intercept[0] = 0.0, 0.0
+        out.append(
+            ModelAccuracy(
+                "logistic",
+                features,
+                label,
+                tuple(tuple(map(float, r)) for r in coef),
+                tuple(map(float, intercept)),
+            )
+        )
+        w = tuple(float(v) for v in rng.standard_normal(width) * 0.7)
+        out.append(
+            ModelAccuracy("linear", features, str(rng.choice(num)), (w,), (float(rng.random()),))
+        )
+    return out
+
+
+SPARK_SKIP = spark_unavailable()
 
 
 @pytest.fixture(scope="module")
-def spark_session():
-    if not spark_available():
-        pytest.skip("SparkEngine needs pyspark and Java; pyspark is not installed here")
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.builder.master("local[1]").appName("dpql-test").getOrCreate()
+def spark_session(tmp_path_factory: pytest.TempPathFactory):
+    """One local Spark session for the module (starting the JVM takes 10-20 s)."""
+    if SPARK_SKIP is not None:
+        pytest.skip(f"SparkEngine cannot run: {SPARK_SKIP}")
+    t = time.perf_counter()
+    session = local_spark_session(str(tmp_path_factory.mktemp("spark")), threads=2)
+    print(f"spark session started in {time.perf_counter() - t:.1f} s")
     yield session
     session.stop()
 
 
 class DuckDBGroupBy(DuckDBEngine):
-    """DuckDB answering marginals with SQL GROUP BYs, the path the Spark engine takes."""
+    """DuckDB answering marginals with SQL GROUP BYs (the SQL path; Spark streams them)."""
 
     def _stream_marginals(self, *args: object) -> bool:
         return False
 
 
-def engine_factories(request: pytest.FixtureRequest):
+SPARK_SEEDS = (0, 1)  # each Spark statement is a job (~0.3 s): two tables of the six suffice
+
+
+def engine_factories(request: pytest.FixtureRequest, seed: int):
     yield "duckdb", lambda p, d, **kw: DuckDBEngine(p, d, memory_limit="256MB", threads=2, **kw)
     yield "duckdb-groupby", lambda p, d, **kw: DuckDBGroupBy(p, d, **kw)
-    if spark_available():
+    if seed in SPARK_SEEDS and SPARK_SKIP is None:
         session = request.getfixturevalue("spark_session")
         yield "spark", lambda p, d, **kw: SparkEngine(p, d, session=session, **kw)
 
@@ -170,11 +210,14 @@ def engine_factories(request: pytest.FixtureRequest):
 def test_engines_agree_on_random_tables_and_queries(
     seed: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    """Every engine, on the table as CSV and as Parquet, returns the in-memory engine's sums:
+    exactly for counts (marginals, prefixes, halfspaces, predicates, model accuracy), to 1e-12
+    (relative to n) for sums of real values (moments, squared errors)."""
     rng = np.random.default_rng(seed)
     domain = random_domain(rng)
     text, native = random_raw(domain, rng)
     missing, other = policies(domain, rng)
-    queries = random_queries(domain, rng)
+    queries = random_queries(domain, rng) + random_models(domain, rng)
     csv, parquet = tmp_path / "t.csv", tmp_path / "t.parquet"
     text.to_csv(csv, index=False)
     native.to_parquet(parquet)
@@ -191,7 +234,7 @@ def test_engines_agree_on_random_tables_and_queries(
         ("memory-chunked", chunked),
         ("memory-parquet", InMemoryEngine.from_file(parquet, domain, missing=missing, other=other)),
     ]
-    for name, make in engine_factories(request):
+    for name, make in engine_factories(request, seed):
         for path in (csv, parquet):
             candidates.append(
                 (f"{name}-{path.suffix}", make(path, domain, missing=missing, other=other))
@@ -208,7 +251,15 @@ def test_engines_agree_on_random_tables_and_queries(
                 ref.clipped_high,
             ), name
             for q, a, b in zip(queries, expected, got, strict=True):
-                np.testing.assert_allclose(b / n, a / n, rtol=0, atol=1e-12, err_msg=f"{name} {q}")
+                real = isinstance(q, Moment) or (
+                    isinstance(q, ModelAccuracy) and q.model == "linear"
+                )
+                if real:
+                    np.testing.assert_allclose(
+                        b / n, a / n, rtol=0, atol=1e-12, err_msg=f"{name} {q}"
+                    )
+                else:
+                    np.testing.assert_array_equal(b, a, err_msg=f"{name} {q}")
         finally:
             engine.close()
 
@@ -301,9 +352,83 @@ def test_auto_picks_by_file_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     engine.close()
 
 
-def test_spark_engine(tmp_path: Path, spark_session) -> None:
-    domain = Domain((CategoricalColumn("a", ("x", "y")),))
-    path = tmp_path / "t.csv"
-    path.write_text("a\nx\ny\ny\n")
+def test_spark_engine_reads_errors_and_streams_rows_as_the_other_engines(
+    tmp_path: Path, spark_session
+) -> None:
+    domain = bad_csv(tmp_path / "bad.csv")
+    with pytest.raises(DiagnosticError) as mem:
+        InMemoryEngine.from_file(tmp_path / "bad.csv", domain)
+    with pytest.raises(DiagnosticError) as spark:
+        SparkEngine(tmp_path / "bad.csv", domain, session=spark_session)
+    assert spark.value.diagnostics == mem.value.diagnostics
+    (tmp_path / "ragged.csv").write_text("x,c\n1,a\n2,b,3,4\n")
+    with pytest.raises(DiagnosticError) as err:
+        SparkEngine(tmp_path / "ragged.csv", domain, session=spark_session)
+    assert err.value.codes == ["E409"] and "Traceback" not in str(err.value)
+
+    path = tmp_path / "ok.csv"
+    path.write_text('x,c\n1,a\n7,"b"\n7, a\n3,b\n')
     engine = SparkEngine(path, domain, session=spark_session)
-    assert engine.sums([Marginal(("a",))])[0].tolist() == [1, 2]
+    where = engine._dir
+    try:
+        assert engine.sums([Marginal(("x", "c"))])[0].tolist() == [1, 1, 1, 1]
+        batches = list(engine.encoded_batches(rows=3))
+        assert sum(b.n for b in batches) == 4
+        x = np.concatenate([b.scaled["x"] for b in batches])
+        c = np.concatenate([b.codes["c"] for b in batches])
+        assert sorted(zip(x.tolist(), c.tolist(), strict=True)) == [
+            (1 / 9, 0),
+            (3 / 9, 1),
+            (7 / 9, 0),
+            (7 / 9, 1),
+        ]
+    finally:
+        engine.close()
+    assert not os.path.exists(where)
+    assert spark_session.sql("SHOW TABLES").count() == 0  # the engine's views were its own
+
+
+def test_spark_engine_missing_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("a\nx\n")
+    monkeypatch.setattr(engines, "spark_unavailable", lambda: "pyspark is not installed")
+    with pytest.raises(DiagnosticError) as err:
+        open_engine(path, Domain((CategoricalColumn("a", ("x",)),)), engine="spark")
+    (d,) = err.value.diagnostics
+    assert d.code == "E410" and "pyspark is not installed" in d.message
+    assert d.hint is not None and "dpql[spark]" in d.hint
+
+
+def test_spark_unavailable_names_what_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    reason = spark_unavailable()
+    if reason is None or "pyspark" not in reason:
+        assert reason == f"JAVA_HOME={tmp_path} has no bin/java"
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    reason = spark_unavailable()
+    assert reason is not None and ("Java is not installed" in reason or "pyspark" in reason)
+
+
+def test_model_accuracy_sums_over_row_chunks_to_one_value() -> None:
+    """Tables longer than one row chunk still give one sum per model query (chunk sums add)."""
+    from dpql.domain import EncodedTable
+    from dpql.plan.exact import ROW_CHUNK, model_scores, sums_all
+
+    rng = np.random.default_rng(5)
+    domain = random_domain(rng)
+    n = ROW_CHUNK + 4321
+    codes, scaled = {}, {}
+    for c in domain:
+        codes[c.name] = rng.integers(0, c.card, n).astype(np.int32)
+        if c.kind == "numeric":
+            scaled[c.name] = rng.random(n)
+    table = EncodedTable(domain, codes, scaled)
+    models = random_models(domain, rng)
+    for q, got in zip(models, sums_all(models, table), strict=True):
+        assert got.shape == (1,)
+        assert got[0] == pytest.approx(model_scores(q, table).sum(), rel=1e-12)

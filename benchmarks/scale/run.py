@@ -1,6 +1,7 @@
 """Scale benchmark of the measurement engines: all 3-way marginals of an upsampled Adult table.
 
-    python benchmarks/scale/run.py --rows 1000000 10000000 --engines memory duckdb
+    python benchmarks/scale/run.py --rows 1000000 10000000 --engines memory duckdb spark
+    python benchmarks/scale/run.py --rows 10000000 --engines --compile --dpsgd 500
 
 1. Upsamples ``adult_train.csv`` to each row count with perturbation (rows drawn with
    replacement; numeric values jittered by up to 5% (and +-1 for integer columns), clipped to
@@ -9,7 +10,18 @@
 2. For each (rows, engine) runs a fresh child process that opens the engine on the file
    (validation + encoding) and computes the exact sums of all C(15, 3) = 455 three-way marginals,
    and reports wall times and peak RSS of the child (Linux ``VmHWM``).
+   Spark runs on a local session (``local[threads]``, ``--spark-memory`` driver memory) that the
+   child starts first (reported apart); its peak memory is the sum of the peak RSS of the child,
+   the JVM and Spark's Python workers (each process's ``VmHWM``, read before the session stops).
 3. Checks that every engine returned identical counts (sha256 of the concatenated cells).
+4. With ``--compile``: the whole ``dpql compile`` (RAP, the default method) of the example spec
+   ``examples/adult/adult.release.yaml`` pointed at each upsampled file (``data.rows`` set to its
+   row count; ``engine: auto``: DuckDB for the 10M-row file, in memory for the 1M-row one), in a
+   fresh child: the compile's own phase timings, the time spent computing exact answers in the
+   engine (inside the synthesize and post-process phases) and the child's peak RSS.
+5. With ``--dpsgd STEPS``: the GAN backend's DP-SGD (Adult options, STEPS steps per phase) fed
+   by ``dpql.data.rows.open_private_rows`` with ``--dpsgd-engine`` (DuckDB: the rows streamed
+   into the out-of-core row store, each step's Poisson sample fetched by row number).
 
 The domain comes from the example spec via ``dpql.spec.load_spec`` (no data is read to plan).
 """
@@ -23,6 +35,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,8 +47,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SPEC = Path("/work/shared/spec-examples/adult.release.yaml")
-TRAIN = Path("/work/shared/data/adult/adult_train.csv")
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ROOT / "examples" / "adult" / "adult.release.yaml"
+TRAIN = ROOT / "examples" / "adult" / "adult_train.csv.gz"
 CHUNK = 1_000_000
 
 
@@ -91,59 +105,200 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(engine: str, path: Path, memory_limit: str, threads: int) -> dict[str, object]:
+def tree_peak_rss_mib() -> float:
+    """Sum of the peak RSS (VmHWM) of this process and all its live descendants (Spark's JVM
+    and Python workers): an upper bound on the peak of their total."""
+    parent: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parent[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    me, total = os.getpid(), 0.0
+    for pid in parent:
+        p = pid
+        while p not in (0, 1, me) and p in parent:
+            p = parent[p]
+        if p != me:
+            continue
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
+
+
+def child(
+    engine: str, path: Path, memory_limit: str, threads: int, spark_memory: str
+) -> dict[str, object]:
     """Open ``engine`` on ``path``, answer all 3-way marginals; times, peak RSS, checksum."""
-    from dpql.data.engines import open_engine
+    from dpql.data.engines import local_spark_session, open_engine
     from dpql.plan.ir import Marginal
 
     dom = domain()
     queries = [Marginal(c) for c in itertools.combinations(dom.names, 3)]
     baseline = peak_rss_mib()  # after imports
+    startup, session, work = 0.0, None, ""
+    if engine == "spark":
+        t = time.perf_counter()
+        work = tempfile.mkdtemp(prefix="dpql-bench-spark-")
+        session = local_spark_session(work, threads=threads, driver_memory=spark_memory)
+        startup = time.perf_counter() - t
     t0 = time.perf_counter()
     eng = open_engine(path, dom, engine=engine, memory_limit=memory_limit, threads=threads)  # type: ignore[arg-type]
     t1 = time.perf_counter()
     sums = eng.sums(queries)
     t2 = time.perf_counter()
     rows = eng.curator_log.rows_kept
+    peak = tree_peak_rss_mib()
     eng.close()
+    if session is not None:
+        session.stop()
+        shutil.rmtree(work, ignore_errors=True)
     assert all(s.sum() == rows for s in sums)
     digest = hashlib.sha256(np.concatenate(sums).astype(np.int64).tobytes()).hexdigest()
     return {
         "engine": engine,
         "rows": rows,
         "marginals": len(queries),
+        "startup_s": round(startup, 2),
         "open_s": round(t1 - t0, 2),
         "marginals_s": round(t2 - t1, 2),
         "total_s": round(t2 - t0, 2),
         "baseline_rss_mb": round(baseline),
-        "peak_rss_mb": round(peak_rss_mib()),
+        "peak_rss_mb": round(peak),
         "sha256": digest[:16],
     }
+
+
+def compile_spec(data: Path, rows: int) -> Path:
+    """The example spec pointed at ``data`` with ``rows`` public rows, written beside it."""
+    text = SPEC.read_text()
+    text = text.replace("path: adult_train.csv.gz", f"path: {data.name}")
+    text = text.replace("rows: 32561", f"rows: {rows}", 1)  # data.rows; synthesizer.rows stays
+    assert f"rows: {rows}" in text and data.name in text
+    text = text.replace(": out/", f": out-{rows}/")
+    spec = data.with_name(f"adult_{rows}.release.yaml")
+    spec.write_text(text)
+    return spec
+
+
+def compile_child(spec: Path) -> dict[str, object]:
+    """``dpql compile SPEC --seed 0`` in this process: its phase timings and peak RSS."""
+    from dpql.compile import compile_release
+    from dpql.data.measure import PrivateMeasurer
+
+    exact = [0.0]  # time in the engine's exact answers (the measurement phase after opening)
+    answers = PrivateMeasurer._answers
+
+    def timed(self, queries):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        try:
+            return answers(self, queries)
+        finally:
+            exact[0] += time.perf_counter() - t
+
+    PrivateMeasurer._answers = timed  # type: ignore[method-assign]
+    t = time.perf_counter()
+    result = compile_release(spec, seed=0)
+    total = time.perf_counter() - t
+    events = result.record["privacy"]["events"]
+    return {
+        "spec": spec.name,
+        "total_s": round(total, 1),
+        **{f"{k}_s": round(v, 1) for k, v in result.timings.items()},
+        "exact_answers_s": round(exact[0], 1),
+        "events": len(events),
+        "epsilon": round(result.record["privacy"]["spent"]["epsilon"], 4),
+        "peak_rss_mb": round(tree_peak_rss_mib()),
+    }
+
+
+def dpsgd_child(path: Path, steps: int, engine: str) -> dict[str, object]:
+    """DP-SGD on the file (the GAN backend's two phases, ``steps`` steps each, Adult options):
+    the rows reach DP-SGD through ``dpql.data.rows.open_private_rows`` with ``engine``."""
+    from types import SimpleNamespace
+
+    from dpql.data.rows import open_private_rows
+    from dpql.privacy.ledger import Ledger
+    from dpql.privacy.noise import NoiseSource
+    from dpql.synth.gan import GanOptions, plan_gan, train_gan
+
+    dom = domain()
+    options = GanOptions.from_mapping(
+        {"ae_steps": steps, "critic_steps": steps, "noise_multipliers": [1.0, 1.0]}
+    )
+    baseline = peak_rss_mib()
+    t0 = time.perf_counter()
+    with open_private_rows(path, dom, engine=engine) as rows:  # type: ignore[arg-type]
+        t1 = time.perf_counter()
+        plan = plan_gan(options, rows.n, SimpleNamespace(epsilon=1e9, delta=1e-9))
+        train_gan(rows, plan, noise=NoiseSource(), ledger=Ledger())
+        t2 = time.perf_counter()
+        peak = tree_peak_rss_mib()
+    return {
+        "engine": engine,
+        "rows": plan.n_public,
+        "steps": 2 * steps,
+        "open_s": round(t1 - t0, 1),
+        "train_s": round(t2 - t1, 1),
+        "ms_per_step": round(1000 * (t2 - t1) / (2 * steps), 2),
+        "baseline_rss_mb": round(baseline),
+        "peak_rss_mb": round(peak),
+    }
+
+
+def run_child(args: list[str]) -> dict[str, object] | None:
+    """Run this script with ``args`` in a fresh process; its last stdout line as JSON."""
+    out = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        print(f"# {' '.join(args[:3])} failed:\n{out.stderr[-3000:]}", flush=True)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
-    ap.add_argument("--engines", nargs="+", default=["memory", "duckdb"])
+    ap.add_argument("--engines", nargs="*", default=["memory", "duckdb", "spark"])
+    ap.add_argument("--compile", action="store_true", help="also time dpql compile per size")
+    ap.add_argument("--dpsgd", type=int, metavar="STEPS", help="also time STEPS DP-SGD steps")
+    ap.add_argument("--dpsgd-engine", default="duckdb", help="engine that feeds DP-SGD")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "dpql-scale")
     ap.add_argument("--memory-limit", default="1GB", help="DuckDB memory_limit")
+    ap.add_argument("--spark-memory", default="2g", help="Spark driver memory (local session)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--compile-child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--dpsgd-child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(
-            json.dumps(child(args.child[0], Path(args.child[1]), args.memory_limit, args.threads))
-        )
+        engine, path = args.child[0], Path(args.child[1])
+        result = child(engine, path, args.memory_limit, args.threads, args.spark_memory)
+        print(json.dumps(result))
+        return
+    if args.compile_child:
+        print(json.dumps(compile_child(args.compile_child)))
+        return
+    if args.dpsgd_child:
+        print(json.dumps(dpsgd_child(args.dpsgd_child, args.dpsgd, args.dpsgd_engine)))
         return
 
     args.workdir.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
     print(
         f"# {platform.node()} {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} cores, threads={args.threads}, duckdb memory_limit="
-        f"{args.memory_limit}",
+        f"{args.memory_limit}, spark driver memory={args.spark_memory}, "
+        f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}",
         flush=True,
     )
-    results = []
+    results, compiles, trainings = [], [], []
     for rows in args.rows:
         path = args.workdir / f"adult_{rows}.parquet"
         if not path.exists():
@@ -155,36 +310,43 @@ def main() -> None:
                 flush=True,
             )
         for engine in args.engines:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--child",
-                engine,
-                str(path),
-                "--memory-limit",
-                args.memory_limit,
-                "--threads",
-                str(args.threads),
-            ]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if out.returncode != 0:
-                print(f"# {engine} at {rows} rows failed:\n{out.stderr[-2000:]}", flush=True)
-                continue
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(json.dumps(results[-1]), flush=True)
-    print(
-        "\n| rows | engine | open (s) | 455 marginals (s) | total (s) | RSS after imports (MiB) "
-        "| peak RSS (MiB) | sha256 |"
-    )
-    print("|---:|---|---:|---:|---:|---:|---:|---|")
+            common = ["--memory-limit", args.memory_limit, "--threads", str(args.threads)]
+            common += ["--spark-memory", args.spark_memory]
+            result = run_child(["--child", engine, str(path), *common])
+            if result is not None:
+                results.append(result)
+                print(json.dumps(result), f"load {os.getloadavg()[0]:.1f}", flush=True)
+        if args.dpsgd:
+            dpsgd_args = ["--dpsgd", str(args.dpsgd), "--dpsgd-engine", args.dpsgd_engine]
+            result = run_child(["--dpsgd-child", str(path), *dpsgd_args])
+            if result is not None:
+                trainings.append(result)
+                print(json.dumps(result), f"load {os.getloadavg()[0]:.1f}", flush=True)
+        if args.compile:
+            result = run_child(["--compile-child", str(compile_spec(path, rows))])
+            if result is not None:
+                compiles.append({"rows": rows, **result})
+                print(json.dumps(compiles[-1]), f"load {os.getloadavg()[0]:.1f}", flush=True)
+    if results:
+        print(
+            "\n| rows | engine | startup (s) | open (s) | 455 marginals (s) | total (s) "
+            "| RSS after imports (MiB) | peak RSS (MiB) | sha256 |"
+        )
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         print(
-            f"| {r['rows']:,} | {r['engine']} | {r['open_s']} | {r['marginals_s']} | "
-            f"{r['total_s']} | {r['baseline_rss_mb']} | {r['peak_rss_mb']} | `{r['sha256']}` |"
+            f"| {r['rows']:,} | {r['engine']} | {r['startup_s']} | {r['open_s']} | "
+            f"{r['marginals_s']} | {r['total_s']} | {r['baseline_rss_mb']} | {r['peak_rss_mb']} "
+            f"| `{r['sha256']}` |"
         )
     for rows in args.rows:
         digests = {r["sha256"] for r in results if r["rows"] == rows}
-        print(f"# {rows:,} rows: engines {'agree' if len(digests) == 1 else 'DISAGREE'}")
+        if digests:
+            print(f"# {rows:,} rows: engines {'agree' if len(digests) == 1 else 'DISAGREE'}")
+    for c in compiles:
+        print(f"# compile {c}")
+    for d in trainings:
+        print(f"# dpsgd {d}")
 
 
 if __name__ == "__main__":

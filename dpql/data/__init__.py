@@ -4,7 +4,9 @@
 * :mod:`dpql.data.engines`: exact sums of IR queries (in memory, DuckDB, Spark);
 * :mod:`dpql.data.sql`: the encoding and the queries as SQL for the out-of-core engines;
 * :mod:`dpql.data.measure`: :class:`~dpql.data.measure.PrivateMeasurer`, the
-  :class:`~dpql.plan.oracle.MeasurementOracle` whose outputs are all mechanism outputs.
+  :class:`~dpql.plan.oracle.MeasurementOracle` whose outputs are all mechanism outputs;
+* :mod:`dpql.data.rows`: the encoded rows for DP-SGD (in memory, or an out-of-core row store
+  addressed by row number for large files), its only other consumer.
 
 Nothing computed here leaves except through a mechanism in :mod:`dpql.privacy.mechanisms`; the
 curator log (true row count, clip counts, file hash) is for the curator only.

@@ -37,6 +37,7 @@ from dpql.plan.ir import (
     Count,
     Halfspace,
     Marginal,
+    ModelAccuracy,
     Moment,
     Not,
     NumCmp,
@@ -74,7 +75,9 @@ class Dialect:
     def full_match(self, expr: str, pattern: str) -> str:
         if self.name == "duckdb":
             return f"regexp_full_match({expr}, {self.string(pattern)})"
-        return f"({expr} RLIKE {self.string('^(' + pattern + ')$')})"
+        # Java regex: ``\z`` is the very end (``$`` would also match before a final line break)
+        anchored = "^(?:" + pattern + r")\z"
+        return f"({expr} RLIKE {self.string(anchored)})"
 
     @property
     def text_type(self) -> str:
@@ -379,14 +382,66 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     raise TypeError(f"not a query: {q!r}")
 
 
+def _linear_score(
+    coef: Sequence[float], intercept: float, features: Sequence[str], d: Domain
+) -> str:
+    """``coef . z(x) + intercept`` for the design row ``z`` of :func:`dpql.plan.exact.design_matrix`
+    (per feature the scaled value, or one-hot indicators of every value of a categorical one),
+    summed left to right as the matrix product does; a one-hot block contributes the weight of
+    the row's value (the others multiply 0)."""
+    terms, j = [], 0
+    for f in features:
+        col = d[f]
+        i = d.names.index(f)
+        if isinstance(col, NumericColumn):
+            terms.append(f"{double(coef[j])} * u{i}")
+            j += 1
+        else:
+            arms = " ".join(f"WHEN {v} THEN {double(coef[j + v])}" for v in range(col.card))
+            terms.append(f"(CASE c{i} {arms} END)")
+            j += col.card
+    if j != len(coef):
+        raise ValueError(f"model has {len(coef)} coefficients, its design row {j}")
+    return f"({' + '.join(terms or [double(0.0)])}) + {double(intercept)}"
+
+
+def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
+    """``SELECT SUM(score) FROM enc``: the per-record score of
+    :func:`dpql.plan.exact.model_scores` in SQL. Logistic: 1 when the first class of largest
+    ``coef[c] . z + intercept[c]`` (``np.argmax`` order) is the label's code; linear:
+    ``(u(label) - clip(coef[0] . z + intercept[0], 0, 1))**2``."""
+    scores = [
+        _linear_score(w, b, q.features, domain) for w, b in zip(q.coef, q.intercept, strict=True)
+    ]
+    y = domain.names.index(q.label)
+    if q.model == "linear":
+        clip = f"LEAST(GREATEST({scores[0]}, {double(0.0)}), {double(1.0)})"
+        return f"SELECT SUM(e * e) FROM (SELECT u{y} - {clip} AS e FROM enc) AS err"
+    items = ", ".join(f"{s} AS s{c}" for c, s in enumerate(scores))
+    if len(scores) == 1:
+        best = "0"
+    else:
+        arms = " ".join(f"WHEN s{c} = m THEN {c}" for c in range(len(scores)))
+        best = f"CASE {arms} END"
+    top = "GREATEST(" + ", ".join(f"s{c}" for c in range(len(scores))) + ")"
+    return (
+        f"SELECT SUM(CASE WHEN y = {best} THEN 1 ELSE 0 END) FROM (SELECT y, "
+        f"{', '.join(f's{c}' for c in range(len(scores)))}, {top} AS m FROM "
+        f"(SELECT c{y} AS y, {items} FROM enc) AS scored) AS ranked"
+    )
+
+
 def query_sql(queries: Sequence[Query], domain: Domain) -> list[MarginalSQL | AggregateSQL]:
-    """Statements answering ``queries`` (exact sums): one GROUP BY per marginal, the others
-    batched per ``by`` column, at most :data:`AGGREGATES_PER_SELECT` sums per statement."""
+    """Statements answering ``queries`` (exact sums): one GROUP BY per marginal and one statement
+    per model score, the others batched per ``by`` column, at most
+    :data:`AGGREGATES_PER_SELECT` sums per statement."""
     out: list[MarginalSQL | AggregateSQL] = []
     groups: dict[str | None, list[tuple[int, str]]] = {}
     for i, q in enumerate(queries):
         if isinstance(q, Marginal):
             out.append(marginal_sql(i, q, domain))
+        elif isinstance(q, ModelAccuracy):
+            out.append(AggregateSQL((i,), None, model_accuracy_sql(q, domain)))
         else:
             expr, by = _sum_sql(q, domain)
             groups.setdefault(by, []).append((i, expr))

@@ -9,6 +9,7 @@ processed in chunks so memory stays bounded.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,12 +99,8 @@ def _answer_sum(q: Query, t: EncodedTable) -> np.ndarray:
             w = w * t.scaled[c]
         return np.array([float(np.sum(w))])
     if isinstance(q, ModelAccuracy):
-        return np.array(
-            [
-                float(model_scores(q, t.slice(s, s + ROW_CHUNK)).sum())
-                for s in range(0, t.n, ROW_CHUNK)
-            ]
-        )
+        parts = (model_scores(q, t.slice(s, s + ROW_CHUNK)).sum() for s in range(0, t.n, ROW_CHUNK))
+        return np.array([math.fsum(parts)])
     raise TypeError(f"not a query: {q!r}")
 
 

@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from threadpoolctl import threadpool_limits
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
@@ -73,7 +74,7 @@ class _Statics:
     """Static (trace-time) structure of the relaxed problem."""
 
     layout: Layout
-    blocks: np.ndarray  # (blocks, padded size) indices into [logits | PAD], relaxed.block_index
+    blocks: tuple[np.ndarray, ...]  # padded softmax groups, relaxed.block_index
     tile_start: tuple[int, ...]  # first tile of each block
     halfspace_groups: tuple[tuple[tuple[str, ...], str], ...]
     prefix_groups: tuple[tuple[tuple[str, ...], str | None], ...]
@@ -304,22 +305,21 @@ class _Fitter:
         return (params[0], jnp.clip(params[1], 0.0, 1.0)), opt_state, loss + rest_loss
 
     def fit(self, params, measured: Sequence[_Measured], iterations: int):
-        """``iterations`` Adam steps from ``params``; returns (params, losses)."""
+        """``iterations`` Adam steps from ``params``; returns (params, final loss)."""
         data = _build_data(self.statics, measured, self.thresholds)
         o = self.options
         sigmas = np.geomspace(o.sigma_start, o.sigma_max, iterations).astype(np.float32)
         opt_state = self._init(params)
         rest_loss = jnp.zeros((), jnp.float32)
         rest_grad = jax.tree_util.tree_map(jnp.zeros_like, params)
-        losses = []
+        loss = jnp.zeros((), jnp.float32)
         for sigma in sigmas:
             if self._has_rest:
                 rest_loss, rest_grad = self._rest(params, data["groups"], data["scalars"], sigma)
             params, opt_state, loss = self._step(
                 params, opt_state, rest_loss, rest_grad, data["marginals"]
             )
-            losses.append(loss)
-        return params, jnp.stack(losses)
+        return params, loss
 
 
 # ------------------------------------------------------------------------------------------
@@ -344,6 +344,15 @@ def relaxed_marginals(
     groups: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
     for cols in dict.fromkeys(marginals):
         groups.setdefault(cols[:-1], []).append(cols)
+    # Many small products: a multi-threaded BLAS spends more time waking threads (and fighting
+    # XLA's) than multiplying; one thread was 10x faster on the Adult workload.
+    with threadpool_limits(1, user_api="blas"):
+        return _relaxed_marginals(probs, groups, n)
+
+
+def _relaxed_marginals(
+    probs: Mapping[str, np.ndarray], groups: Mapping[tuple[str, ...], list[tuple[str, ...]]], n: int
+) -> dict[tuple[str, ...], np.ndarray]:
     out: dict[tuple[str, ...], np.ndarray] = {}
     for lead, members in groups.items():
         left = np.ones((n, 1), dtype=np.float32)
@@ -412,11 +421,10 @@ def run_rap(
     _, _, scalars = _split(schedule.init_queries)
     statics = _statics(layout, thresholds, scalars)
     fitter = _Fitter(statics, thresholds, options)
-    key = jax.random.PRNGKey(seed)
-    k1, k2 = jax.random.split(key)
+    rng = np.random.default_rng(seed)  # optimisation randomness, not DP noise
     params = (
-        0.01 * jax.random.normal(k1, (options.relaxed_rows, layout.width)),
-        jax.random.uniform(k2, (options.relaxed_rows, max(len(layout.numeric), 1))),
+        jnp.asarray(0.01 * rng.standard_normal((options.relaxed_rows, layout.width)), jnp.float32),
+        jnp.asarray(rng.random((options.relaxed_rows, max(len(layout.numeric), 1))), jnp.float32),
     )
     measured: list[_Measured] = []
     done: set[Query] = set()
@@ -458,7 +466,7 @@ def run_rap(
         # The first fit starts from noise; later ones are warm-started from the last rows.
         steps = options.warm_iterations if losses else options.iterations
         params, loss = fitter.fit(params, measured, steps)
-        losses.append(float(loss[-1]))
+        losses.append(float(loss))
         if progress:
             progress("rap", t + 1, total)
     table = round_rows(layout, params, rows, seed)

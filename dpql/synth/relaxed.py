@@ -87,40 +87,54 @@ TILE = 8
 PAD_LOGIT = -1e9
 
 
-def tiles_per_block(layout: Layout) -> int:
-    """Tiles reserved per block: enough for the widest column (its size rounded up to TILE)."""
-    return -(-max(layout.sizes) // TILE)
+def _tile_counts(layout: Layout) -> list[int]:
+    return [-(-size // TILE) for size in layout.sizes]
 
 
-def block_index(layout: Layout) -> np.ndarray:
-    """(blocks, tiles_per_block * TILE) indices into ``[logits | PAD]``; past a block's size
-    they point at the PAD column, whose probability is exactly 0 after the softmax."""
-    width = tiles_per_block(layout) * TILE
-    idx = np.full((len(layout.sizes), width), layout.width, dtype=np.int32)
-    for b, (off, size) in enumerate(zip(layout.offsets, layout.sizes, strict=True)):
-        idx[b, :size] = np.arange(off, off + size)
-    return idx
+def block_index(layout: Layout) -> tuple[np.ndarray, ...]:
+    """Padded softmax groups: blocks with the same number of tiles ``t`` share one
+    (blocks, t * TILE) index into ``[logits | PAD]``; past a block's size it points at the PAD
+    column, whose probability is exactly 0 after the softmax. Groups are ordered by ``t``."""
+    counts = _tile_counts(layout)
+    groups = []
+    for t in sorted(set(counts)):
+        members = [b for b, c in enumerate(counts) if c == t]
+        idx = np.full((len(members), t * TILE), layout.width, dtype=np.int32)
+        for row, b in enumerate(members):
+            off, size = layout.offsets[b], layout.sizes[b]
+            idx[row, :size] = np.arange(off, off + size)
+        groups.append(idx)
+    return tuple(groups)
 
 
 def tile_starts(layout: Layout) -> tuple[int, ...]:
     """Id of each block's first tile in :func:`tiled_probs`; block ``b``'s tile ``t`` covers its
     values ``t*TILE .. t*TILE + TILE - 1``."""
-    return tuple(b * tiles_per_block(layout) for b in range(len(layout.sizes)))
+    counts = _tile_counts(layout)
+    starts = [0] * len(counts)
+    next_id = 0
+    for t in sorted(set(counts)):
+        for b, c in enumerate(counts):
+            if c == t:
+                starts[b], next_id = next_id, next_id + t
+    return tuple(starts)
 
 
-def tiled_probs(logits: jnp.ndarray, index: np.ndarray) -> jnp.ndarray:
-    """Per-block softmax cut into tiles: (blocks * tiles_per_block, rows, TILE).
+def tiled_probs(logits: jnp.ndarray, index: tuple[np.ndarray, ...]) -> jnp.ndarray:
+    """Per-block softmax cut into tiles: (tiles, rows, TILE).
 
-    One padded softmax over (rows, blocks, padded size), then a reshape: every block gets the
-    same number of TILE-wide tiles, padding cells (and whole tiles past a block's size) are
-    exactly 0. Equal tiles give every k-way marginal the same tensor shape, so the loss
-    compiles once however the measured marginals' sizes mix; tiles lead so that gathering them
-    (and the gradient's scatter-add) moves whole contiguous (rows, TILE) slabs.
+    One padded softmax per group of blocks with the same tile count (:func:`block_index`),
+    then a reshape: padding cells are exactly 0. Equal tiles give every k-way marginal the
+    same tensor shape, so the loss compiles once however the measured marginals' sizes mix;
+    tiles lead so that gathering them (and the gradient's scatter-add) moves whole contiguous
+    (rows, TILE) slabs.
     """
     n = logits.shape[0]
     ext = jnp.concatenate([logits, jnp.full((n, 1), PAD_LOGIT, logits.dtype)], axis=1)
-    probs = jax.nn.softmax(ext[:, jnp.asarray(index)], axis=-1)  # (n, blocks, padded)
-    return jnp.transpose(probs.reshape(n, -1, TILE), (1, 0, 2))
+    parts = [
+        jax.nn.softmax(ext[:, jnp.asarray(idx)], axis=-1).reshape(n, -1, TILE) for idx in index
+    ]
+    return jnp.transpose(jnp.concatenate(parts, axis=1), (1, 0, 2))
 
 
 class RowModel:
