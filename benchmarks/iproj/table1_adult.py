@@ -49,7 +49,9 @@ Metrics: utility improvement ``1 - err(ours) / err(baseline)`` with ``err`` the 
 the top-5 correlation matrix to the real one; F1 of every table; for diagnosis, the F1 of a
 model trained on the epsilon = 1 table weighted by the I-projection weights (no resampling).
 DP noise of this benchmark comes from seeded test-only sources (dpql's
-NoiseSource.for_testing): it is an experiment, not a release.
+NoiseSource.for_testing): it is an experiment, not a release. MST repeats bit for bit; AIM does
+only with ``PYTHONHASHSEED`` fixed (``peers._downward_closure`` orders equal-length cliques by
+Python's per-process string hashing).
 """
 
 from __future__ import annotations

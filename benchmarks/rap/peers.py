@@ -171,7 +171,7 @@ def _downward_closure(cliques) -> list[tuple[str, ...]]:
     out: set[tuple[str, ...]] = set()
     for cl in cliques:
         out.update(_powerset(cl))
-    return sorted(out, key=len)
+    return sorted(out, key=lambda c: (len(c), c))  # total order: reproducible across processes
 
 
 def _compile_workload(workload: Sequence[tuple[str, ...]]) -> dict[tuple[str, ...], float]:
