@@ -33,6 +33,7 @@ documented above), joint loss (paper), numeric relaxation by public bins + posit
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -290,9 +291,13 @@ class _Fitter:
         self.optimizer = optax.adam(self.options.learning_rate)
         self.thr_params = _threshold_arrays(self.statics, self.thresholds)
         s = self.statics
-        self._has_rest = bool(s.halfspace_groups or s.prefix_groups or s.scalars)
         self._rest = jax.jit(
             jax.value_and_grad(partial(_rest_loss, statics=s, thr_params=self.thr_params))
+        )
+        # Until a threshold query is measured its term is identically 0: skip its sigmoids.
+        scalars_only = dataclasses.replace(s, halfspace_groups=(), prefix_groups=())
+        self._scalars = jax.jit(
+            jax.value_and_grad(partial(_rest_loss, statics=scalars_only, thr_params=[]))
         )
         self._step = jax.jit(self._marginal_step)
         self._init = jax.jit(self.optimizer.init)
@@ -309,13 +314,18 @@ class _Fitter:
         data = _build_data(self.statics, measured, self.thresholds)
         o = self.options
         sigmas = np.geomspace(o.sigma_start, o.sigma_max, iterations).astype(np.float32)
+        thresholds = set(self.thresholds)
+        if any(m.query in thresholds for m in measured):
+            rest, groups = self._rest, data["groups"]
+        else:
+            rest, groups = (self._scalars if self.statics.scalars else None), []
         opt_state = self._init(params)
         rest_loss = jnp.zeros((), jnp.float32)
         rest_grad = jax.tree_util.tree_map(jnp.zeros_like, params)
         loss = jnp.zeros((), jnp.float32)
         for sigma in sigmas:
-            if self._has_rest:
-                rest_loss, rest_grad = self._rest(params, data["groups"], data["scalars"], sigma)
+            if rest is not None:
+                rest_loss, rest_grad = rest(params, groups, data["scalars"], sigma)
             params, opt_state, loss = self._step(
                 params, opt_state, rest_loss, rest_grad, data["marginals"]
             )
