@@ -180,16 +180,8 @@ def _threshold_arrays(statics: _Statics, thresholds: Sequence[Query]) -> list[di
             "tau": jnp.asarray([q.tau for q in qs], jnp.float32),
         })
     for idx in members[len(statics.halfspace_groups) :]:
-        t = np.asarray([thresholds[i].thresholds for i in idx], dtype=np.float32)  # (q, cols)
-        # Prefix thresholds come from a small grid per column: evaluate each distinct one once.
-        uniq = [np.unique(t[:, j], return_inverse=True) for j in range(t.shape[1])]
-        out.append({
-            "unique": [jnp.asarray(u) for u, _ in uniq],
-            # one-hot (distinct, q): selecting by a matrix product keeps the gradient a product
-            "which": [
-                jnp.asarray(np.eye(len(u), dtype=np.float32)[w.reshape(-1)].T) for u, w in uniq
-            ],
-        })
+        qs = [thresholds[i] for i in idx]
+        out.append({"thresholds": jnp.asarray([q.thresholds for q in qs], jnp.float32)})
     return out
 
 
@@ -204,12 +196,11 @@ def _threshold_answers(rm: RowModel, statics: _Statics, params: list[dict]) -> l
             mean = jnp.stack([rm.mean(c) for c in cols], axis=1)  # (n, r)
             hit = jax.nn.sigmoid(rm.sigma * (mean @ p["theta"].T - p["tau"][None, :]))
         else:
-            hit = jnp.ones((n, p["which"][0].shape[1]), rm.logits.dtype)
-            for c, uniq, which in zip(cols, p["unique"], p["which"], strict=True):
+            hit = jnp.ones((n, p["thresholds"].shape[0]), rm.logits.dtype)
+            for j, c in enumerate(cols):
                 v = rm.bin_values(c)  # (n, bins)
-                s = jax.nn.sigmoid(rm.sigma * (uniq[None, None, :] - v[:, :, None]))
-                cdf = jnp.einsum("nb,nbu->nu", rm.probs(c), s)  # P(u_c <= t) per distinct t
-                hit = hit * (cdf @ which)
+                s = jax.nn.sigmoid(rm.sigma * (p["thresholds"][None, None, :, j] - v[:, :, None]))
+                hit = hit * jnp.einsum("nb,nbq->nq", rm.probs(c), s)
         out.append(hit.T @ label / n)
     return out
 
