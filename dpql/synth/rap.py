@@ -327,9 +327,14 @@ class _Fitter:
 # Answers of the current relaxed rows (for selection: post-processing of past measurements)
 
 
-def relaxed_marginal(probs: Mapping[str, np.ndarray], columns: tuple[str, ...]) -> np.ndarray:
-    """Expected marginal of the relaxed rows, flattened in row-major cell order."""
-    return relaxed_marginals(probs, [columns])[columns]
+def column_probs(layout: Layout, logits, dtype=np.float64) -> dict[str, np.ndarray]:
+    """Each column's value (or bin) probabilities per relaxed row: the softmax of its block."""
+    z = np.asarray(logits, dtype=dtype)
+    out = {}
+    for c, o, s in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True):
+        e = np.exp(z[:, o : o + s] - z[:, o : o + s].max(axis=1, keepdims=True))
+        out[c] = e / e.sum(axis=1, keepdims=True)
+    return out
 
 
 def relaxed_marginals(
@@ -373,11 +378,7 @@ def _answers_of_rows(
 ) -> dict[Query, np.ndarray]:
     """Answers of ``queries`` on the current relaxed rows (expected values; sharp ``sigma``)."""
     logits, positions = params
-    z = np.asarray(logits, dtype=np.float32)
-    probs = {}
-    for c, o, s in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True):
-        e = np.exp(z[:, o : o + s] - z[:, o : o + s].max(axis=1, keepdims=True))
-        probs[c] = e / e.sum(axis=1, keepdims=True)
+    probs = column_probs(layout, logits, np.float32)  # float32: selection only ranks errors
     marginals = [q for q in queries if isinstance(q, Marginal)]
     answers = relaxed_marginals(probs, [q.columns for q in marginals])
     out: dict[Query, np.ndarray] = {q: answers[q.columns] for q in marginals}
@@ -489,10 +490,10 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     column are shuffled independently, so columns stay independent within a row as in the
     product distribution while the row's marginals are matched up to 1/c.
     """
-    logits, positions = (np.asarray(p, dtype=np.float64) for p in params)
-    positions = np.clip(positions, 0.0, 1.0)
+    probs = column_probs(layout, params[0])
+    positions = np.clip(np.asarray(params[1], dtype=np.float64), 0.0, 1.0)
     rng = np.random.default_rng(seed)
-    m = logits.shape[0]
+    m = positions.shape[0]
     copies = np.full(m, rows // m)
     copies[rng.choice(m, rows % m, replace=False)] += 1
     owner = np.repeat(np.arange(m), copies)
@@ -501,10 +502,8 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     shift = rng.random(m)
     codes: dict[str, np.ndarray] = {}
     scaled: dict[str, np.ndarray] = {}
-    for col, off, size in zip(layout.domain.names, layout.offsets, layout.sizes, strict=True):
-        z = logits[:, off : off + size]
-        p = np.exp(z - z.max(axis=1, keepdims=True))
-        cdf = np.cumsum(p / p.sum(axis=1, keepdims=True), axis=1)[owner]
+    for col, size in zip(layout.domain.names, layout.sizes, strict=True):
+        cdf = np.cumsum(probs[col], axis=1)[owner]
         shuffled = rank[np.lexsort((rng.random(rows), owner))]
         u = (shuffled + shift[owner]) / copies[owner]
         draw = np.minimum((cdf < u[:, None]).sum(axis=1), size - 1).astype(np.int32)
