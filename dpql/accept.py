@@ -519,8 +519,8 @@ def excess_risk_bound(
     if any(i is None or evidence.noisy.shape[0] != len(evidence.queries) for i in idx):
         return None
     k = len(evidence.queries)
-    tail = evidence.sigma * math.sqrt(2 * math.log(2 * k / beta))
-    rho = float(np.max(np.abs(evidence.noisy[idx] - evidence.after[idx]))) + tail
+    tail = evidence.sigma[idx] * math.sqrt(2 * math.log(2 * k / beta))  # per measure
+    rho = float(np.max(np.abs(evidence.noisy[idx] - evidence.after[idx]) + tail))
     theta, b, a = _margin(q, domain, 1 if req.model == "logistic" else 0)
     big_a = float(np.abs(theta).sum() + abs(b))
     if req.model == "linear":
@@ -572,14 +572,14 @@ def accept_models(
     for t in tests:
         measured = real[i : i + len(t.measured)]
         i += len(t.measured)
-        reused, reused_sigma = _reused(t, evidence)
+        reused, reused_sigmas = _reused(t, evidence)
         prior = _before_value(t.req, before, seed) if before is not None else math.nan
         out.append(
             _model_verdict(
                 t,
                 table,
                 measured + reused,
-                [sigma] * len(measured) + [reused_sigma] * len(reused),
+                [sigma] * len(measured) + reused_sigmas,
                 rho,
                 prior,
                 evidence,
@@ -613,11 +613,13 @@ def _before_value(req: ModelRequirement, before: EncodedTable, seed: int) -> flo
     return build_test(req, table, seed=seed).synthetic_value(table)
 
 
-def _reused(t: ModelTest, evidence: IProjResult | None) -> tuple[list[float], float]:
+def _reused(t: ModelTest, evidence: IProjResult | None) -> tuple[list[float], list[float]]:
+    """The reused post-processing answers of a model test and their noise sds."""
     if not t.reused or evidence is None:
-        return [], 0.0
+        return [], []
     pos = {q: i for i, q in enumerate(evidence.queries)}
-    return [float(evidence.noisy[pos[q]]) for q in t.reused], evidence.sigma
+    idx = [pos[q] for q in t.reused]
+    return [float(evidence.noisy[i]) for i in idx], [float(evidence.sigma[i]) for i in idx]
 
 
 def _metric_interval(
@@ -750,7 +752,12 @@ def accept_moment(req: Requirement, evidence: IProjResult, *, z: float = Z) -> M
         return out
     real = _value(req, evidence.noisy, qs, d)
     sd = (
-        value_sd(req, dict(zip(qs, evidence.noisy.tolist(), strict=True)), evidence.sigma, d)
+        value_sd(
+            req,
+            dict(zip(qs, evidence.noisy.tolist(), strict=True)),
+            dict(zip(qs, evidence.sigma.tolist(), strict=True)),
+            d,
+        )
         if math.isfinite(real)
         else math.nan
     )
@@ -841,7 +848,11 @@ def run_postprocess(
 
     tick(0)
     measurement = measure(
-        plan.measures.queries, oracle, plan.phase_rho["iproj.measure"], label="requirements"
+        plan.measures.queries,
+        oracle,
+        plan.phase_rho["iproj.measure"],
+        label="requirements",
+        releases=plan.measures.releases,
     )
     tick(1)
     spec = getattr(plan, "spec", None)

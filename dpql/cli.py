@@ -203,7 +203,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     update, stop = _progress() if not args.quiet else (None, lambda: None)
     try:
         result = compile_release(
-            args.spec, seed=args.seed, progress=update,
+            args.spec,
+            seed=args.seed,
+            progress=update,
             ledger_path=Path(args.ledger) if args.ledger else None,
         )
     finally:

@@ -37,7 +37,7 @@ from dpql import __version__
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 DEPENDENCIES = ("jax", "jaxlib", "optax", "dp-accounting", "numpy", "pandas", "lark", "pydantic")
 EPS_TOLERANCE = 1e-9
 
@@ -308,7 +308,13 @@ def _defs() -> dict[str, Any]:
             "method": {"const": "iproj"},
             "solver": {"enum": ["newton", "stochastic"]},
             "measures": {"type": "array", "items": {"type": "string"}},
-            "noise_sigma": {**_NONNEG, "description": "Per-measure Gaussian noise sd."},
+            "noise_sigma": {
+                "type": "array",
+                "items": _NONNEG,
+                "description": "Gaussian noise sd of each measure: all equal for one joint "
+                "release; with requirement weights, each release's sd, inverse-variance "
+                "combined for a measure in several releases.",
+            },
             "iterations": {"type": "integer", "minimum": 0},
             "gamma": _NONNEG,
             "projection_distance": {

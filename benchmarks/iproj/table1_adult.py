@@ -62,6 +62,7 @@ import json
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,12 +157,41 @@ def _gan(table: EncodedTable, eps: float, seed: int, a: argparse.Namespace):
     return sample(model, table.n, seed), {"noise_multipliers": noise, "epsilon": plan.epsilon}
 
 
-def generate(
+def _generate(
     method: str, table: EncodedTable, eps: float, seed: int, a: argparse.Namespace
 ) -> tuple[EncodedTable, dict]:
     if method == "gan":
         return _gan(table, eps, seed, a)
     return _mbi(table, eps, seed, a, method)
+
+
+def generate(
+    method: str, table: EncodedTable, eps: float, seed: int, a: argparse.Namespace
+) -> tuple[EncodedTable, dict, float]:
+    """The generator's table, its info and its run time; read from ``--cache`` when it is there.
+
+    The cache holds synthetic tables only (generator output is post-processing of its own DP
+    measurements), so re-evaluating post-processing variants does not re-run the generators.
+    """
+    path = a.cache / f"{method}-eps{eps:g}-seed{seed}.npz" if a.cache else None
+    if path is not None and path.exists():
+        z = np.load(path, allow_pickle=False)
+        meta = json.loads(str(z["meta"]))
+        codes = {c: z[f"code:{c}"] for c in table.domain.names}
+        scaled = {k[len("scaled:") :]: z[k] for k in z.files if k.startswith("scaled:")}
+        return EncodedTable(table.domain, codes, scaled), meta["info"], meta["seconds"]
+    t = time.perf_counter()
+    out, info = _generate(method, table, eps, seed, a)
+    seconds = time.perf_counter() - t
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {f"code:{c}": v for c, v in out.codes.items()}
+        arrays |= {f"scaled:{c}": v for c, v in out.scaled.items()}
+        meta = json.dumps({"info": info, "seconds": seconds}, default=float)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez_compressed(tmp, meta=np.array(meta), **arrays)
+        tmp.replace(path)
+    return out, info, seconds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,17 +209,56 @@ def corr_matrix(t: EncodedTable, cols: list[str]) -> np.ndarray:
     return np.nan_to_num(m)  # a constant column has correlation 0 (digest pitfall 12)
 
 
-def f1(train: EncodedTable, test: EncodedTable, weights: np.ndarray | None = None) -> float:
+def _label_encoded(t: EncodedTable, feats: tuple[str, ...]) -> np.ndarray:
+    """Numeric columns in their units, categoricals as their code (one column each)."""
+    cols = []
+    for c in feats:
+        col = t.domain[c]
+        cols.append(col.lo + t.scaled[c] * col.span if c in t.scaled else t.codes[c] * 1.0)
+    return np.column_stack(cols)
+
+
+def f1(
+    train: EncodedTable,
+    test: EncodedTable,
+    weights: np.ndarray | None = None,
+    style: str = "onehot",
+) -> float:
+    """F1 (positive class ``>50K``) on ``test`` of a logistic regression trained on ``train``.
+
+    ``onehot``: one-hot categoricals, numeric columns on [0, 1], lbfgs to convergence.
+    ``sdmetrics``: SDMetrics' ``BinaryLogisticRegression`` pipeline (digest sec. 5.4 and pitfall
+    14): one numeric column per categorical (its code in the spec's value order, standing in for
+    RDT's HyperTransformer), SimpleImputer, RobustScaler, lbfgs with ``max_iter=50``. Both use
+    ``class_weight='balanced'``; a one-class training table predicts that class.
+    """
+    from sklearn.impute import SimpleImputer
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import f1_score
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import RobustScaler
 
     feats = tuple(c for c in train.domain.names if c != LABEL)
     y = train.codes[LABEL]
     if np.unique(y).size < 2:
-        return 0.0
-    clf = LogisticRegression(class_weight="balanced", max_iter=2000)
-    clf.fit(design_matrix(feats, train), y, sample_weight=weights)
-    return float(f1_score(test.codes[LABEL], clf.predict(design_matrix(feats, test))))
+        return float(f1_score(test.codes[LABEL], np.full(test.n, y[0])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_iter=50 stops early, as in SDMetrics
+        if style == "sdmetrics":
+            clf = Pipeline(
+                [
+                    ("impute", SimpleImputer()),
+                    ("scale", RobustScaler()),
+                    ("lr", LogisticRegression(class_weight="balanced", max_iter=50)),
+                ]
+            )
+            clf.fit(_label_encoded(train, feats), y, lr__sample_weight=weights)
+            pred = clf.predict(_label_encoded(test, feats))
+        else:
+            clf = LogisticRegression(class_weight="balanced", max_iter=2000)
+            clf.fit(design_matrix(feats, train), y, sample_weight=weights)
+            pred = clf.predict(design_matrix(feats, test))
+    return float(f1_score(test.codes[LABEL], pred))
 
 
 def top5(t: EncodedTable) -> list[str]:
@@ -226,12 +295,10 @@ def run(
     method: str, seed: int, real: EncodedTable, test: EncodedTable, a: argparse.Namespace
 ) -> dict:
     rho1 = rho_from_eps_delta(1.0, DELTA)
-    t = time.perf_counter()
-    base1, info1 = generate(method, real, 1.0, seed, a)
-    t_gen1 = time.perf_counter() - t
-    t = time.perf_counter()
-    base2, info2 = generate(method, real, 2.0, seed + 1000, a)
-    t_gen2 = time.perf_counter() - t
+    base1, info1, t_gen1 = generate(method, real, 1.0, seed, a)
+    base2, info2, t_gen2 = generate(method, real, 2.0, seed + 1000, a)
+    if a.generate_only:
+        return {"generator": method, "seed": seed, "t_gen_eps1": t_gen1, "t_gen_eps2": t_gen2}
     cols = top5(base1)
     pairs = itertools.combinations(cols, 2)
     corr = [CorrRequirement(x, y, Tolerance(within=0.05)) for x, y in pairs]
@@ -239,53 +306,70 @@ def run(
     lr_top = ModelRequirement("logistic", LABEL, tuple(cols[1:]), Tolerance(within=0.02))
     assert set(expand_requirements([lr_top], real.domain).queries) == set(paper_q)
     lr_spec = ModelRequirement("logistic", LABEL, LR_FEATURES, Tolerance(within=0.02))
-    lr_q = expand_requirements([*corr, lr_spec], real.domain).queries
-    variants = {"post": paper_q, "post_lr": lr_q}
+    # dpql's requirement weights (spec/language.md sec. 5.3): `logistic(income ~ top-4) weight
+    # 9` (the paper's measures) and the spec's logistic requirement `weight 1`, one release each.
+    weighted = expand_requirements(
+        [replace(lr_top, weight=9.0), replace(lr_spec, weight=1.0)], real.domain
+    )
+    variants = {"post": (paper_q, ()), "post_w": (weighted.queries, weighted.releases)}
     ref = corr_matrix(real, cols)
 
     def err(tab: EncodedTable) -> float:
         return float(np.abs(ref - corr_matrix(tab, cols)).sum())
 
     row: dict = {
-        "generator": method, "seed": seed, "cols": ",".join(cols),
+        "generator": method, "seed": seed, "cols": ",".join(cols), "draws": a.draws,
         "err_eps1": err(base1), "err_eps2": err(base2),
         "f1_eps1": f1(base1, test), "f1_eps2": f1(base2, test),
+        "f1s_eps1": f1(base1, test, style="sdmetrics"),
+        "f1s_eps2": f1(base2, test, style="sdmetrics"),
         "t_gen_eps1": t_gen1, "t_gen_eps2": t_gen2, "gen_eps1": info1, "gen_eps2": info2,
     }  # fmt: skip
-    for name, queries in variants.items():
-        oracle = Oracle(real, seed + 2000)  # each variant is its own epsilon_post = 1 release
-        m = iproj.measure(queries, oracle, rho1, label=f"top-5 moments ({name})")
-        assert oracle.ledger.total_rho() <= rho1 * (1 + 1e-12)
-        t = time.perf_counter()
-        post = iproj.iproject(base1, m, seed=seed)
-        row[f"t_{name}"] = time.perf_counter() - t
+    for name, (queries, releases) in variants.items():
+        draws: dict[str, list] = {k: [] for k in ("t", "err", "f1", "f1s", "ess", "diags")}
+        for d in range(a.draws):  # independent epsilon_post = 1 measurements of one table
+            oracle = Oracle(real, seed + 2000 + 100 * d)
+            m = iproj.measure(queries, oracle, rho1, label=f"moments ({name})", releases=releases)
+            assert oracle.ledger.total_rho() <= rho1
+            t = time.perf_counter()
+            post = iproj.iproject(base1, m, seed=seed + 100 * d)
+            draws["t"].append(time.perf_counter() - t)
+            draws["err"].append(err(post.table))
+            draws["f1"].append(f1(post.table, test))
+            draws["f1s"].append(f1(post.table, test, style="sdmetrics"))
+            draws["ess"].append(post.ess)
+            draws["diags"].append([x.code for x in post.diagnostics])
         row[f"K_{name}"] = len(queries)
-        row[f"err_{name}"] = err(post.table)
+        for k, v in draws.items():
+            row[f"{k}_{name}_draws"] = v
+            if k != "diags":
+                row[f"{k}_{name}"] = float(np.mean(v))
         row[f"impr_{name}"] = 1 - row[f"err_{name}"] / row["err_eps2"]
-        row[f"f1_{name}"] = f1(post.table, test)
-        row[f"f1_{name}_weighted"] = f1(base1, test, post.weights * base1.n)
-        row[f"ess_{name}"] = post.ess
-        row[f"proj_{name}"] = post.projection_distance
-        row[f"diags_{name}"] = [d.code for d in post.diagnostics]
+        row[f"impr_{name}_draws"] = [1 - e / row["err_eps2"] for e in draws["err"]]
     return row
 
 
 # ---------------------------------------------------------------------------------------------
 # Reporting
 
-PAPER_COLUMNS = (
-    ("err_eps1", "err ε=1"), ("err_eps2", "err ε=2 (baseline)"), ("err_post", "err post"),
-    ("impr_post", "improvement"), ("f1_eps1", "F1 ε=1"), ("f1_eps2", "F1 ε=2"),
-    ("f1_post", "F1 post"),
-)  # fmt: skip
-LR_COLUMNS = (
-    ("err_eps2", "err ε=2 (baseline)"), ("err_post_lr", "err post+lr"),
-    ("impr_post_lr", "improvement +lr"), ("f1_eps2", "F1 ε=2"), ("f1_post_lr", "F1 post+lr"),
-)  # fmt: skip
+
+def _columns(v: str) -> tuple[tuple[str, str], ...]:
+    return (
+        ("err_eps1", "err ε=1"), ("err_eps2", "err ε=2"), (f"err_{v}", "err post"),
+        (f"impr_{v}", "improvement"), ("f1_eps1", "F1 ε=1"), ("f1_eps2", "F1 ε=2"),
+        (f"f1_{v}", "F1 post"), ("f1s_eps2", "F1s ε=2"), (f"f1s_{v}", "F1s post"),
+    )  # fmt: skip
+
+
+VARIANTS = {
+    "post": "paper protocol: top-5 moments, one release",
+    "post_w": "requirement weights: logistic(income ~ top-4) weight 9 + the spec's logistic "
+    "requirement weight 1",
+}
 
 
 def _table(rs: list[dict], columns: tuple, top: bool) -> list[str]:
-    """Per-seed rows, then mean ± sample sd (n - 1)."""
+    """Per-seed rows (variant columns: means over the noise draws), then mean ± sample sd."""
     head = ["seed", *(["top-5"] if top else []), *(h for _, h in columns)]
     out = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for r in rs:
@@ -300,28 +384,35 @@ def _table(rs: list[dict], columns: tuple, top: bool) -> list[str]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """Per generator: the paper-protocol table, the +lr variant's table, F1 deltas and times."""
+    """Per generator and variant: the per-seed table, then F1 deltas over seeds and draws."""
     out = []
     for g in GENERATORS:
         rs = sorted((r for r in rows if r["generator"] == g), key=lambda r: r["seed"])
         if not rs:
             continue
-        out += [f"\n### {g} ({len(rs)} seeds)\n", *_table(rs, PAPER_COLUMNS, True)]
-        out += ["\nVariant +lr (top-5 and logistic measures, one release):\n"]
-        out += _table(rs, LR_COLUMNS, False)
-        d = np.array([r["f1_post"] - r["f1_eps2"] for r in rs])
-        dl = np.array([r["f1_post_lr"] - r["f1_eps2"] for r in rs])
-        sd2 = np.array([r["f1_eps2"] for r in rs]).std(ddof=1) if len(rs) > 1 else 0.0
+        out.append(f"\n### {g} ({len(rs)} seeds, {rs[0].get('draws', 1)} noise draws each)")
+        for v, title in VARIANTS.items():
+            if f"err_{v}" not in rs[0]:
+                continue
+            out += [f"\n{title} (K = {sorted({r[f'K_{v}'] for r in rs})}):\n"]
+            out += _table(rs, _columns(v), True)
+            for f, label in (("f1", "F1"), ("f1s", "F1s")):
+                seed_d = np.array([r[f"{f}_{v}"] - r[f"{f}_eps2"] for r in rs])
+                all_d = np.concatenate([np.array(r[f"{f}_{v}_draws"]) - r[f"{f}_eps2"] for r in rs])
+                out.append(
+                    f"\n{label} post - {label} ε=2, per seed (mean over draws): "
+                    f"{np.round(seed_d, 4).tolist()}: lower on {(seed_d < 0).sum()} of "
+                    f"{seed_d.size} seeds, on {(all_d < 0).sum()} of {all_d.size} single runs."
+                )
+            impr = np.concatenate([r[f"impr_{v}_draws"] for r in rs])
+            t = np.concatenate([r[f"t_{v}_draws"] for r in rs])
+            out.append(
+                f"Improvement over all single runs: {impr.mean():.3f} ± {impr.std(ddof=1):.3f} "
+                f"(min {impr.min():.3f}). Post-processing time {t.min():.2f}-{t.max():.2f} s."
+            )
         out.append(
-            f"\nF1 post - F1 ε=2 per seed: {np.round(d, 4).tolist()} (lower on {(d < 0).sum()} of "
-            f"{d.size}); +lr: {np.round(dl, 4).tolist()} (lower on {(dl < 0).sum()}); "
-            f"sd of F1 ε=2 over seeds {sd2:.4f}. Times per seed: generator ε=1 "
-            f"{np.mean([r['t_gen_eps1'] for r in rs]):.0f} s, ε=2 "
-            f"{np.mean([r['t_gen_eps2'] for r in rs]):.0f} s, post "
-            f"{min(r['t_post'] for r in rs):.2f}-{max(r['t_post'] for r in rs):.2f} s "
-            f"(K = {sorted({r['K_post'] for r in rs})}), post+lr "
-            f"{min(r['t_post_lr'] for r in rs):.2f}-{max(r['t_post_lr'] for r in rs):.2f} s "
-            f"(K = {sorted({r['K_post_lr'] for r in rs})})."
+            f"\nGenerator time per seed: ε=1 {np.mean([r['t_gen_eps1'] for r in rs]):.0f} s, "
+            f"ε=2 {np.mean([r['t_gen_eps2'] for r in rs]):.0f} s."
         )
     return "\n".join(out)
 
@@ -340,8 +431,13 @@ def main() -> None:
     ap.add_argument("--aim-iters", type=int, default=250)
     ap.add_argument("--aim-final-iters", type=int, default=1000)
     ap.add_argument("--gan-steps-scale", type=float, default=1.0, help="shorten GAN training")
+    ap.add_argument("--draws", type=int, default=1, help="noise draws of epsilon_post per seed")
+    ap.add_argument("--cache", type=Path, help="folder of generator tables (read and written)")
+    ap.add_argument("--generate-only", action="store_true", help="fill --cache and stop")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
+    if a.generate_only and not a.cache:
+        raise SystemExit("--generate-only needs --cache")
     if a.report:
         print(markdown(json.loads(a.report.read_text())["rows"]))
         return
@@ -364,10 +460,13 @@ def main() -> None:
             t = time.perf_counter()
             r = run(g, s, real, test, a)
             r["t_seed"] = time.perf_counter() - t
+            if a.generate_only:
+                print(f"{g} seed {s}: generated in {r['t_seed']:.0f} s", flush=True)
+                continue
             rows.append(r)
             print(f"{g} seed {s} ({r['t_seed']:.0f} s): " + ", ".join(
                 f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in r.items() if not k.startswith("gen_")
+                for k, v in r.items() if not k.startswith("gen_") and not k.endswith("_draws")
             ), flush=True)  # fmt: skip
             if a.out:  # save after every seed: a killed run keeps what it finished
                 keep = [x for x in saved["rows"] if (x["generator"], x["seed"]) not in

@@ -205,15 +205,34 @@ class MetricBound(_Node):
 
 
 @dataclass(frozen=True)
+class Weight(_Node):
+    """``weight w``: the requirement's relative share of the post-processing measurements."""
+
+    value: float
+
+
+@dataclass(frozen=True)
 class Requirement(_Node):
-    """A statistic of the synthetic table and the tolerance it must meet."""
+    """A statistic of the synthetic table, the tolerance it must meet and, optionally, its
+    weight in the post-processing budget."""
 
     target: Model | Corr | MeanOf | CountOf
     tolerance: Within | MetricBound
+    weight: Weight | None = None
 
 
 RequirementNode = Requirement
-Node = WorkloadNode | RequirementNode | PredNode | Model | Corr | Within | MetricBound | Column
+Node = (
+    WorkloadNode
+    | RequirementNode
+    | PredNode
+    | Model
+    | Corr
+    | Within
+    | MetricBound
+    | Weight
+    | Column
+)
 
 # --------------------------------------------------------------------------------------------
 # Canonical printer
@@ -303,8 +322,11 @@ def to_dsl(node: Node) -> str:
             return f"within {number_text(value)}"
         case MetricBound(metric, op, value):
             return f"{metric} {op} {number_text(value)}"
-        case Requirement(target, tolerance):
-            return f"{to_dsl(target)} {to_dsl(tolerance)}"
+        case Weight(value):
+            return f"weight {number_text(value)}"
+        case Requirement(target, tolerance, weight):
+            tail = f" {to_dsl(weight)}" if weight is not None else ""
+            return f"{to_dsl(target)} {to_dsl(tolerance)}{tail}"
         case Column(name):
             return column_text(name)
         case Comparison() | Membership() | Conjunction() | Disjunction() | Negation():

@@ -76,7 +76,7 @@ class _ToAst(Transformer):  # type: ignore[type-arg]
         return c[0]
 
     def requirement(self, meta: Meta, c: list[Any]) -> A.Requirement:
-        return A.Requirement(c[0], c[1], pos=_span(meta))
+        return A.Requirement(c[0], c[1], c[2] if len(c) > 2 else None, pos=_span(meta))
 
     def marginals(self, meta: Meta, c: list[Any]) -> A.AllMarginals:
         return A.AllMarginals(int(c[0]), c[1] if len(c) > 1 else None, pos=_span(meta))
@@ -119,6 +119,9 @@ class _ToAst(Transformer):  # type: ignore[type-arg]
 
     def bound(self, meta: Meta, c: list[Any]) -> A.MetricBound:
         return A.MetricBound(str(c[0]), c[1], _number(c[2]), pos=_span(meta))
+
+    def weight(self, meta: Meta, c: list[Any]) -> A.Weight:
+        return A.Weight(_number(c[0]), pos=_span(meta))
 
     def bound_op(self, meta: Meta, c: list[Any]) -> str:
         return str(c[0])

@@ -274,6 +274,7 @@ class ModelRequirement:
     features: tuple[str, ...]
     tolerance: Tolerance
     text: str = ""
+    weight: float | None = None  # share of the post-processing budget (relative)
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,7 @@ class CorrRequirement:
     b: str
     tolerance: Tolerance
     text: str = ""
+    weight: float | None = None  # share of the post-processing budget (relative)
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,7 @@ class MeanRequirement:
     given: Pred
     tolerance: Tolerance
     text: str = ""
+    weight: float | None = None  # share of the post-processing budget (relative)
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,7 @@ class CountRequirement:
     predicate: Pred
     tolerance: Tolerance
     text: str = ""
+    weight: float | None = None  # share of the post-processing budget (relative)
 
 
 Requirement = ModelRequirement | CorrRequirement | MeanRequirement | CountRequirement

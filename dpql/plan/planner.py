@@ -282,11 +282,8 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     else:
         lines.append(BudgetLine("external", "external", 1, None))
     k = len(measures.queries) if measures else 0
-    if "iproj.measure" in phase_rho and k:
-        rho = phase_rho["iproj.measure"]
-        lines.append(
-            BudgetLine("iproj.measure", "gaussian", 1, rho, _sigma_requirements(k, n, rho), n)
-        )
+    if "iproj.measure" in phase_rho and measures is not None and k:
+        lines.extend(_measure_lines(measures, phase_rho["iproj.measure"], n))
     n_tests = sum(acceptance_queries(r) for r in requirements)
     if n_tests and "accept.test" in phase_rho:
         rho = phase_rho["accept.test"]
@@ -297,8 +294,13 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         )
     table = BudgetTable(tuple(lines), budget.rho)
     req_plans = tuple(
-        _requirement_plan(spec, r, k, n_tests, shares, budget, item.pos)
-        for r, item in zip(requirements, spec.requirements, strict=True)
+        _requirement_plan(spec, r, measures, cells, n_tests, shares, budget, item.pos)
+        for r, cells, item in zip(
+            requirements,
+            measures.index if measures else [()] * len(requirements),
+            spec.requirements,
+            strict=True,
+        )
     )
     req_diags = [d for p in req_plans for d in p.diagnostics]
     if any(d.severity == "error" for d in req_diags):
@@ -371,19 +373,38 @@ def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
     return lines
 
 
+def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[BudgetLine]:
+    """The post-processing releases (``iproj.measure``), one line each, with the rho
+    ``dpql.synth.iproj.measure`` will spend on them (same exact split)."""
+    shares = {str(i): r.share for i, r in enumerate(measures.releases)}
+    rhos = split_rho(rho, shares)
+    lines = []
+    for i, rel in enumerate(measures.releases):
+        r = rhos[str(i)]
+        lines.append(
+            BudgetLine(
+                "iproj.measure", "gaussian", 1, r, _sigma_requirements(len(rel.cells), n, r), n
+            )
+        )
+    return lines
+
+
 def _requirement_plan(
     spec: LoadedSpec,
     req: Requirement,
-    k: int,
+    measures: RequirementMeasures | None,
+    cells: tuple[int, ...],
     n_tests: int,
     shares: dict[str, Fraction],
     budget: Budget,
     pos: SourcePos | None = None,
 ) -> RequirementPlan:
     """A requirement's row of the plan: the predicted sd of the DP value it is judged on at the
-    planned budget (``dpql.accept.predicted_sd``: the I-projection release of ``k`` measures,
-    the acceptance release of ``n_tests`` queries), reachability, the smallest epsilon that
-    reaches a ``within`` tolerance, and the plan-time diagnostics (``accept.plan_diagnostics``).
+    planned budget (``dpql.accept.predicted_sd``: the I-projection releases, at the largest noise
+    sd among the requirement's ``cells`` -- exact for one joint release, conservative when a
+    shared measure is averaged over weighted releases -- and the acceptance release of
+    ``n_tests`` queries), reachability, the smallest epsilon that reaches a ``within``
+    tolerance, and the plan-time diagnostics (``accept.plan_diagnostics``).
     """
     n = spec.rows
     domain = spec.domain
@@ -391,7 +412,11 @@ def _requirement_plan(
     test = float(shares.get("accept.test", 0))
 
     def sd_at(rho: float) -> float:
-        s_measure = _sigma_requirements(k, n, measure * rho)
+        s_measure = (
+            float(measures.cell_sigmas(n, measure * rho)[list(cells)].max())
+            if measures is not None and cells and measure * rho > 0
+            else math.inf
+        )
         s_test = _sigma_requirements(n_tests, n, test * rho)
         return predicted_sd(req, s_measure, s_test, domain)
 

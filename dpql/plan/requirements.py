@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -59,16 +60,45 @@ _TRUE = TruePred()
 
 
 @dataclass(frozen=True)
+class Release:
+    """One Gaussian release of the post-processing measurements: the positions of its queries
+    in :attr:`RequirementMeasures.queries` and its exact fraction of the measurement budget
+    (``dpql.privacy.budget.split_rho`` turns the fractions into rho that never sums above)."""
+
+    cells: tuple[int, ...]
+    share: Fraction
+
+
+@dataclass(frozen=True)
 class RequirementMeasures:
     """Deduplicated measures of a list of requirements.
 
     ``queries`` are scalar [0, 1] queries (each 1/n sensitivity, so K of them have L2
     sensitivity sqrt(K)/n together); ``index[r]`` lists the positions of requirement ``r``'s
-    queries in ``queries``.
+    queries in ``queries``; ``releases`` says how they are measured (spec/language.md sec. 5.3):
+    one joint release of all of them, or, when the requirements carry weights, one release per
+    requirement with budget share ``w_r / sum(w)``.
     """
 
     queries: tuple[Query, ...]
     index: tuple[tuple[int, ...], ...]
+    releases: tuple[Release, ...] = ()
+
+    def cell_sigmas(self, n: int, rho: float) -> np.ndarray:
+        """Noise sd of each measure when the releases spend ``rho`` (zCDP) in all.
+
+        Release ``g`` of ``K_g`` scalar 1/n-sensitivity queries at ``rho_g = share_g rho`` has
+        ``sigma_g = sqrt(K_g) / n / sqrt(2 rho_g)`` (L2 sensitivity, replace-one). A measure in
+        several releases is their inverse-variance average: ``(sum_g sigma_g^-2)^(-1/2)``.
+        """
+        precision = np.zeros(len(self.queries))
+        for rel in self.releases or (Release(tuple(range(len(self.queries))), Fraction(1)),):
+            if rho <= 0 or not rel.cells:
+                continue
+            l2 = math.sqrt(math.fsum(self.queries[i].sensitivity(n).l2 ** 2 for i in rel.cells))
+            precision[list(rel.cells)] += 2 * rho * float(rel.share) / l2**2
+        with np.errstate(divide="ignore"):
+            return 1.0 / np.sqrt(precision)
 
     def answer_map(self, answers: Sequence[float] | np.ndarray) -> dict[Query, float]:
         """Pair answers (in ``queries`` order) with their queries, for :func:`requirement_value`."""
@@ -198,7 +228,15 @@ def expand_requirements(reqs: Sequence[Requirement], domain: Domain) -> Requirem
     index = []
     for r in reqs:
         index.append(tuple(pos.setdefault(q, len(pos)) for q in requirement_queries(r, domain)))
-    return RequirementMeasures(tuple(pos), tuple(index))
+    weights = [r.weight for r in reqs]
+    if any(w is None for w in weights):  # the resolver allows all or none
+        releases = (Release(tuple(range(len(pos))), Fraction(1)),)
+    else:
+        # A requirement with no measured query (all parts constant) spends nothing.
+        used = [(c, Fraction(w)) for c, w in zip(index, weights, strict=True) if c and w]
+        total = sum((w for _, w in used), Fraction(0))
+        releases = tuple(Release(c, w / total) for c, w in used)
+    return RequirementMeasures(tuple(pos), tuple(index), releases)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,15 +323,23 @@ def delta_method_sd(
 
 
 def value_sd(
-    req: Requirement, answers: Mapping[Query, float], sigma: float, domain: Domain
+    req: Requirement,
+    answers: Mapping[Query, float],
+    sigma: float | Mapping[Query, float],
+    domain: Domain,
 ) -> float:
     """Delta-method standard deviation of :func:`requirement_value` at the given answers.
 
-    Each measured part carries independent N(0, sigma^2) noise (one joint Gaussian release);
-    constant parts carry none. ``sd = sigma * ||grad_measured value||_2`` in original units.
+    Each measured part carries independent N(0, sigma^2) noise, ``sigma`` one number (one joint
+    Gaussian release) or one per query (weighted releases); constant parts carry none.
+    ``sd = ||sigma * grad_measured value||_2`` in original units.
     """
     parts, fn, span = _parts_and_fn(req, domain)
-    sigmas = [0.0 if isinstance(p, float) else sigma for p in parts]
+
+    def sd(p: Query) -> float:
+        return float(sigma[p]) if isinstance(sigma, Mapping) else float(sigma)
+
+    sigmas = [0.0 if isinstance(p, float) else sd(p) for p in parts]
     return span * delta_method_sd(fn, [_lookup(answers, p) for p in parts], sigmas)
 
 

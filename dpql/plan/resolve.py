@@ -10,6 +10,7 @@ spec file (codes E3xx/W3xx, table in spec/language.md):
 * E304 value not in the column's domain       * E310 an item expands to too many queries
 * E305 marginal with too many cells           * E311 metric unknown for the requirement
 * E306 column repeated in one construct       * E312 tolerance not positive
+* E313 requirement weight not positive        * E314 weights on some requirements only
 * W301 (warning) threshold outside the column's ``[min, max]``: values are clipped to the
   bounds, so the comparison is constant on the declared domain
 * W302 (warning) marginal with more cells than the table has rows (noise-dominated cells)
@@ -25,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Literal
 
@@ -455,7 +456,18 @@ def _kind(target: A.Model | A.Corr | A.MeanOf | A.CountOf) -> str:
 
 
 def _requirement(s: _Scope, node: A.Requirement) -> Requirement | None:
-    target, text = node.target, A.to_dsl(node)
+    req = _requirement_target(s, node)
+    if req is None or node.weight is None:
+        return req
+    w = node.weight.value
+    if not (w > 0 and math.isfinite(w)):
+        s.error("E313", f"weight must be positive, not {A.number_text(w)}", node.weight)
+        return None
+    return replace(req, weight=w)
+
+
+def _requirement_target(s: _Scope, node: A.Requirement) -> Requirement | None:
+    target, text = node.target, A.to_dsl(A.Requirement(node.target, node.tolerance))
     tol = _tolerance(s, node.tolerance, _kind(target))
     if isinstance(target, A.Model):
         return _model(s, target, tol, text)
@@ -485,5 +497,16 @@ def resolve_requirements(
         _requirement(_Scope(domain, _origin(origins, i), sink), node)
         for i, node in enumerate(nodes)
     ]
+    weighted = [node.weight is not None for node in nodes]
+    if any(weighted) and not all(weighted):
+        # Weights divide one budget between requirements: a missing one has no meaning.
+        i = weighted.index(False)
+        _Scope(domain, _origin(origins, i), sink).error(
+            "E314",
+            "some requirements have a weight and this one has none",
+            nodes[i],
+            "give every requirement a `weight w` or none (none: one joint release, every "
+            "measure with the same noise)",
+        )
     sink.raise_if_errors()
     return tuple(r for r in out if r is not None)

@@ -3,12 +3,17 @@
 Wang, Sudalairaj, Henning, Greenewald, Srivastava 2023, "Post-processing private synthetic data
 for improving utility on selected measures" (digest ``papers/postprocessing.md``):
 
-1. :func:`measure` -- the K measures are answered on the real table in ONE Gaussian release
-   calibrated to the L2 sensitivity of the whole vector (sqrt(K)/n for K scalar [0, 1] queries,
-   replace-one) through the measurement oracle; this module never sees private rows.
+1. :func:`measure` -- the K measures are answered on the real table through the measurement
+   oracle (this module never sees private rows) in Gaussian releases calibrated to the L2
+   sensitivity of each release's vector (sqrt(K_g)/n for K_g scalar [0, 1] queries,
+   replace-one): ONE release of all of them (the paper), or one per weighted requirement
+   (``dpql.plan.requirements.Release``); a measure in several releases is their
+   inverse-variance average, so every measure carries its own noise sd ``sigma_k``.
 2. :func:`project_to_hull` -- denoise: the noisy answers ``a`` are projected onto the convex hull
    of the per-row query vectors ``f(x_i)`` of the synthetic rows (the paper's QP, sec. 3 / App. B;
-   exact, by NNLS), after :func:`project_to_affine_hull` removes the noise that only breaks
+   exact, by NNLS) in the metric ``sum_k (x_k - a_k)^2 / sigma_k^2`` -- the maximum-likelihood
+   point of the Gaussian release; with one release all sigma_k are equal and it is the paper's
+   Euclidean QP -- after :func:`project_to_affine_hull` removes the noise that only breaks
    identities between redundant measures. A projection on the hull's relative boundary is mixed
    with ``eta`` of the synthetic mean so the tilt stays finite (digest pitfall 2).
 3. :func:`solve_dual` -- the I-projection ``min KL(w || uniform) s.t. |sum_i w_i f(x_i) - a*| <=
@@ -30,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal
 
 import jax
@@ -41,6 +47,8 @@ from dpql.domain import Domain, EncodedTable
 from dpql.plan.exact import per_row
 from dpql.plan.ir import Query
 from dpql.plan.oracle import MeasurementOracle
+from dpql.plan.requirements import Release
+from dpql.privacy.budget import split_rho
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,13 +67,18 @@ STOCHASTIC_ABOVE = 50_000_000  # rows * K above which the stochastic solver is t
 
 @dataclass(frozen=True, eq=False)
 class Measurement:
-    """Noisy answers of the measures (flattened cells) and the per-cell noise sd."""
+    """Noisy answers of the measures (flattened cells), each cell's noise sd (K,; a number is
+    broadcast to every cell), the rho spent in all and the public row count."""
 
     queries: tuple[Query, ...]
     noisy: np.ndarray
-    sigma: float
+    sigma: np.ndarray
     rho: float
     n: int
+
+    def __post_init__(self) -> None:
+        sigma = np.broadcast_to(np.asarray(self.sigma, dtype=np.float64), np.shape(self.noisy))
+        object.__setattr__(self, "sigma", sigma.copy())
 
 
 def joint_l2_sensitivity(queries: Sequence[Query], n: int) -> float:
@@ -74,13 +87,45 @@ def joint_l2_sensitivity(queries: Sequence[Query], n: int) -> float:
 
 
 def measure(
-    queries: Sequence[Query], oracle: MeasurementOracle, rho: float, *, label: str
+    queries: Sequence[Query],
+    oracle: MeasurementOracle,
+    rho: float,
+    *,
+    label: str,
+    releases: Sequence[Release] = (),
 ) -> Measurement:
-    """One Gaussian release of all measures at ``rho``-zCDP (sigma = Delta_2 / sqrt(2 rho))."""
-    answers = oracle.measure(list(queries), rho, phase=PHASE, label=label)
-    noisy = np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in answers])
-    sigma = joint_l2_sensitivity(queries, oracle.n) / math.sqrt(2 * rho)
-    return Measurement(tuple(queries), noisy, sigma, rho, oracle.n)
+    """Gaussian releases of the measures spending ``rho``-zCDP in all.
+
+    Without ``releases``: one release of every measure (sigma = Delta_2 / sqrt(2 rho)). With
+    them: release ``g`` answers the scalar queries ``cells`` at ``share * rho`` (the shares sum
+    to 1, so by zCDP composition the total is ``rho``); a query answered by several releases
+    gets their inverse-variance average (post-processing). Each release is one ledger event.
+    """
+    queries = tuple(queries)
+    if not releases:
+        answers = oracle.measure(list(queries), rho, phase=PHASE, label=label)
+        noisy = np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in answers])
+        sigma = joint_l2_sensitivity(queries, oracle.n) / math.sqrt(2 * rho)
+        return Measurement(queries, noisy, np.full(noisy.shape, sigma), rho, oracle.n)
+    if sum((r.share for r in releases), Fraction(0)) != 1:
+        raise ValueError("release shares must sum to 1")
+    # Exact shares: the releases' rho never sums above ``rho``.
+    rhos = split_rho(rho, {str(i): r.share for i, r in enumerate(releases)})
+    total = np.zeros(len(queries))  # sum of answer / sigma^2
+    precision = np.zeros(len(queries))
+    for i, rel in enumerate(releases):
+        part = [queries[c] for c in rel.cells]
+        rho_g = rhos[str(i)]
+        ans = oracle.measure(part, rho_g, phase=PHASE, label=f"{label} ({i + 1}/{len(releases)})")
+        if any(np.size(a) != 1 for a in ans):
+            raise ValueError("separate releases need scalar queries")
+        y = np.array([float(np.ravel(a)[0]) for a in ans])
+        s = joint_l2_sensitivity(part, oracle.n) / math.sqrt(2 * rho_g)
+        total[list(rel.cells)] += y / s**2
+        precision[list(rel.cells)] += 1 / s**2
+    if not (precision > 0).all():
+        raise ValueError("every query must be in at least one release")
+    return Measurement(queries, total / precision, 1 / np.sqrt(precision), rho, oracle.n)
 
 
 def features(queries: Sequence[Query], table: EncodedTable) -> np.ndarray:
@@ -100,26 +145,35 @@ class HullProjection:
     distance: float
 
 
-def project_to_hull(F: np.ndarray, a: np.ndarray) -> HullProjection:
+def project_to_hull(
+    F: np.ndarray, a: np.ndarray, scale: np.ndarray | None = None
+) -> HullProjection:
     """Denoise ``a`` onto the achievable set {sum_i p_i F_i : p in the simplex} (the paper's QP for
     the Gaussian mechanism, sec. 3 / App. B) over the *distinct* rows.
 
+    ``scale`` (K,) weighs the cells: the projection minimises ``||scale * (a - x)||_2`` (with
+    ``scale = 1 / sigma`` the maximum-likelihood point under independent Gaussian noise);
+    ``distance`` is measured in that metric. Default: Euclidean.
     Solved exactly by Lawson-Hanson NNLS (active set; at most K + 1 rows carry weight) with the
     simplex constraint ``1'p = 1`` as a heavily weighted extra row; p is then renormalised so the
     projection is an exact convex combination (reachable by construction).
     """
     from scipy.optimize import nnls
 
+    s = np.ones(F.shape[1]) if scale is None else np.asarray(scale, dtype=np.float64)
     uniq = np.unique(F, axis=0)
-    big = 1e3 * max(1.0, float(np.abs(uniq).max()))
-    A = np.vstack([uniq.T, np.full(uniq.shape[0], big)])
-    p, _ = nnls(A, np.append(a, big), maxiter=50 * A.shape[1])
+    big = 1e3 * max(1.0, float(np.abs(uniq * s).max()))
+    A = np.vstack([(uniq * s).T, np.full(uniq.shape[0], big)])
+    p, _ = nnls(A, np.append(a * s, big), maxiter=50 * A.shape[1])
     x = (p / p.sum()) @ uniq
-    return HullProjection(x, float(np.linalg.norm(a - x)))
+    return HullProjection(x, float(np.linalg.norm(s * (a - x))))
 
 
-def project_to_affine_hull(F: np.ndarray, a: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
-    """Euclidean projection of ``a`` onto the affine hull of the rows of ``F``.
+def project_to_affine_hull(
+    F: np.ndarray, a: np.ndarray, rtol: float = 1e-10, scale: np.ndarray | None = None
+) -> np.ndarray:
+    """Projection of ``a`` onto the affine hull of the rows of ``F`` (Euclidean, or in the metric
+    ``||scale * (.)||_2`` when ``scale`` is given, as in :func:`project_to_hull`).
 
     Linear identities that hold on every row (redundant measures: ``count(sex == "Female") +
     count(sex == "Male") = 1``) hold on every reweighting too; noise breaks them in the answers.
@@ -127,11 +181,12 @@ def project_to_affine_hull(F: np.ndarray, a: np.ndarray, rtol: float = 1e-10) ->
     the hull projection, and it tells the two apart: a point that only violates identities lands
     inside the hull, where no boundary correction (``eta``) is needed.
     """
-    uniq = np.unique(F, axis=0)
+    s = np.ones(F.shape[1]) if scale is None else np.asarray(scale, dtype=np.float64)
+    uniq = np.unique(F, axis=0) * s  # the whitened coordinates, where the metric is Euclidean
     center = uniq.mean(axis=0)
     _, sv, vt = np.linalg.svd(uniq - center, full_matrices=False)
     basis = vt[: int(np.sum(sv > rtol * max(float(sv.max(initial=0.0)), 1e-300)))]
-    return center + ((a - center) @ basis.T) @ basis
+    return (center + ((a * s - center) @ basis.T) @ basis) / s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -320,9 +375,19 @@ def take(table: EncodedTable, idx: np.ndarray) -> EncodedTable:
 
 
 def resample(table: EncodedTable, weights: np.ndarray, rows: int, seed: int) -> EncodedTable:
-    """Multinomial resampling with replacement (paper sec. 3: same size as the input)."""
-    idx = np.random.default_rng(seed).choice(table.n, size=rows, replace=True, p=weights)
-    return take(table, np.sort(idx))
+    """Draw ``rows`` rows with probabilities ``weights`` (paper sec. 3: same size as the input).
+
+    Systematic resampling: one uniform offset ``u`` and the points ``(u + j) / rows`` on the
+    weights' cumulative sum. Every row appears ``floor(rows w_i)`` or ``ceil(rows w_i)`` times
+    and ``rows w_i`` times in expectation, as with the paper's multinomial draw, but the
+    released table's statistics vary less around the reweighted ones: the multinomial draw adds
+    sampling noise of sd ``~ sqrt(w_i / rows)`` per row that the measurements never paid for.
+    The offset is post-processing randomness (``seed``, recorded), not DP noise.
+    """
+    u = np.random.default_rng(seed).random()
+    cdf = np.cumsum(weights, dtype=np.float64)
+    idx = np.searchsorted(cdf, (u + np.arange(rows)) / rows * cdf[-1], side="right")
+    return take(table, np.minimum(idx, table.n - 1))
 
 
 @dataclass(frozen=True, eq=False)
@@ -331,7 +396,7 @@ class IProjResult:
 
     table: EncodedTable
     queries: tuple[Query, ...]
-    sigma: float
+    sigma: np.ndarray
     weights: np.ndarray
     lam: np.ndarray
     noisy: np.ndarray
@@ -352,7 +417,8 @@ class IProjResult:
     def to_json(self) -> dict[str, Any]:
         """JSON form for the provenance record's ``postprocess`` section: no rows, no weights.
 
-        The K-vectors (in ``measures`` order) are DP outputs or functions of DP outputs and the
+        The K-vectors (in ``measures`` order) are ``noise_sigma`` (each measure's noise sd,
+        public: a function of the plan) and DP outputs or functions of DP outputs and the
         synthetic table: ``noisy`` (the Gaussian answers), ``target`` (their projection onto
         what reweighting can reach, paper sec. 3), ``synthetic_before`` / ``synthetic_after``
         (the measures on the table before / after), ``lambda`` (the dual, paper eq. 4-5).
@@ -366,7 +432,7 @@ class IProjResult:
         return {
             "solver": self.method,
             "measures": [describe_query(q, self.table.domain) for q in self.queries],
-            "noise_sigma": self.sigma,
+            "noise_sigma": vec(self.sigma),
             "iterations": self.iterations,
             "gamma": self.gamma,
             "projection_distance": self.projection_distance,
@@ -429,8 +495,8 @@ def iproject(
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
-    (W504 when it exceeds 3 sigma sqrt(K)), a solver that misses the KKT conditions by more than
-    ``kkt_tol`` warns (W505); with no usable row raises E503.
+    (W504 when ``||(noisy - target) / sigma||_2`` exceeds 3 sqrt(K)), a solver that misses the
+    KKT conditions by more than ``kkt_tol`` warns (W505); with no usable row raises E503.
     """
     F = features(measurement.queries, table)
     if F.shape[1] != measurement.noisy.shape[0]:
@@ -459,11 +525,13 @@ def iproject(
     Fk = F[ok]
     diags.extend(_support_warnings(Fk, measurement.queries))
     K = Fk.shape[1]
-    aff = project_to_affine_hull(Fk, measurement.noisy)
-    hull = project_to_hull(Fk, aff)
+    scale = 1.0 / measurement.sigma  # the noise's own metric (one release: Euclidean)
+    aff = project_to_affine_hull(Fk, measurement.noisy, scale=scale)
+    hull = project_to_hull(Fk, aff, scale=scale)
     target = hull.projection
     distance = float(np.linalg.norm(measurement.noisy - target))
-    if hull.distance > 1e-7:
+    whitened = float(np.linalg.norm((measurement.noisy - target) * scale))
+    if np.linalg.norm(aff - target) > 1e-7:
         # The projection lies on the hull's relative boundary, where the exponential tilt
         # degenerates (lambda -> infinity, weight on a face of <= K+1 rows): pull the target eta
         # of the way back to the synthetic mean (digest pitfall 2; 1e-3 in the digest's toy is
@@ -473,13 +541,13 @@ def iproject(
         target = (1 - eta) * target + eta * Fk.mean(axis=0)
     sol = solve_dual(Fk, target, gamma, method=method, seed=seed)
     viol = kkt_violation(Fk, target, gamma, sol)
-    noise = measurement.sigma * math.sqrt(K)
-    if distance > 3 * noise:
+    if whitened > 3 * math.sqrt(K):  # ||noise / sigma||_2 ~ sqrt(K) (chi with K dof)
         diags.append(
             Diagnostic(
                 "W504",
                 f"the measured statistics lie {distance:.3g} (L2) outside what reweighting "
-                f"the synthetic rows can reach (noise explains ~{noise:.2g})",
+                f"the synthetic rows can reach: {whitened:.3g} noise sd, where noise explains "
+                f"~{math.sqrt(K):.2g}",
                 hint="the synthetic support misses real structure; post-processing moves only "
                 "to the nearest reachable point",
                 severity="warning",

@@ -101,9 +101,7 @@ def _marginal_tiles(statics: _Statics, columns: tuple[str, ...], answer: np.ndar
     blocks = split.transpose([*range(0, 2 * k, 2), *range(1, 2 * k, 2)])
     targets = blocks.reshape(-1, *([TILE] * k))
     starts = [statics.tile_start[layout.block(c)] for c in columns]
-    ids = np.stack(
-        [g.ravel() + s for g, s in zip(np.indices(counts), starts, strict=True)], axis=1
-    )
+    ids = np.stack([g.ravel() + s for g, s in zip(np.indices(counts), starts, strict=True)], axis=1)
     return ids.astype(np.int32), targets
 
 
@@ -175,10 +173,12 @@ def _threshold_arrays(statics: _Statics, thresholds: Sequence[Query]) -> list[di
     members = _group_members(statics, thresholds)
     for idx in members[: len(statics.halfspace_groups)]:
         qs = [thresholds[i] for i in idx]
-        out.append({
-            "theta": jnp.asarray([q.theta for q in qs], jnp.float32),
-            "tau": jnp.asarray([q.tau for q in qs], jnp.float32),
-        })
+        out.append(
+            {
+                "theta": jnp.asarray([q.theta for q in qs], jnp.float32),
+                "tau": jnp.asarray([q.tau for q in qs], jnp.float32),
+            }
+        )
     for idx in members[len(statics.halfspace_groups) :]:
         qs = [thresholds[i] for i in idx]
         out.append({"thresholds": jnp.asarray([q.thresholds for q in qs], jnp.float32)})
