@@ -125,8 +125,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
             rt.add_column(col)
         for r in plan.requirement_plans:
             reach = "-" if r.reachable is None else ("yes" if r.reachable else "no")
+            weight = r.requirement.weight
             rt.add_row(
-                r.requirement.text,
+                r.requirement.text + (f" weight {weight:g}" if weight is not None else ""),
                 r.metric,
                 _fmt(r.predicted_sd),
                 tolerance_text(r.requirement.tolerance),

@@ -159,6 +159,8 @@ def test_plan_lists_one_release_per_weighted_requirement(spec_without_data: Path
     weighted = _plan_json(
         _with_requirements(spec_without_data, f"{reqs[0]} weight 9", f"{reqs[1]} weight 1"), capsys
     )
+    assert [r["weight"] for r in weighted["requirements"]] == [9, 1]
+    assert [r["weight"] for r in joint["requirements"]] == [None, None]
     lines = [a for a in weighted["allocation"]["lines"] if a["phase"] == "iproj.measure"]
     assert len(lines) == 2
     phase = weighted["budget"]["phases"]["iproj.measure"]

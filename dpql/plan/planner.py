@@ -89,6 +89,7 @@ class RequirementPlan:
     def to_json(self) -> dict[str, Any]:
         return {
             "requirement": self.requirement.text,
+            "weight": self.requirement.weight,
             "metric": self.metric,
             "predicted_sd": _finite(self.predicted_sd),
             "tolerance": self.tolerance,
