@@ -52,6 +52,7 @@ from dpql.plan.ir import (
     TruePred,
     pred_columns,
 )
+from dpql.privacy.mechanisms import gaussian_sigma
 
 # A factor: (column, None) is the scaled numeric value, (column, code) the indicator 1{x = code}.
 Factor = tuple[str, int | None]
@@ -96,7 +97,7 @@ class RequirementMeasures:
             if rho <= 0 or not rel.cells:
                 continue
             l2 = math.sqrt(math.fsum(self.queries[i].sensitivity(n).l2 ** 2 for i in rel.cells))
-            precision[list(rel.cells)] += 2 * rho * float(rel.share) / l2**2
+            precision[list(rel.cells)] += gaussian_sigma(l2, float(rel.share) * rho) ** -2
         with np.errstate(divide="ignore"):
             return 1.0 / np.sqrt(precision)
 

@@ -49,6 +49,7 @@ from dpql.plan.ir import Query
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import Release
 from dpql.privacy.budget import split_rho
+from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,7 +106,7 @@ def measure(
     if not releases:
         answers = oracle.measure(list(queries), rho, phase=PHASE, label=label)
         noisy = np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in answers])
-        sigma = joint_l2_sensitivity(queries, oracle.n) / math.sqrt(2 * rho)
+        sigma = gaussian_sigma(joint_l2_sensitivity(queries, oracle.n), rho)
         return Measurement(queries, noisy, np.full(noisy.shape, sigma), rho, oracle.n)
     if sum((r.share for r in releases), Fraction(0)) != 1:
         raise ValueError("release shares must sum to 1")
@@ -120,7 +121,7 @@ def measure(
         if any(np.size(a) != 1 for a in ans):
             raise ValueError("separate releases need scalar queries")
         y = np.array([float(np.ravel(a)[0]) for a in ans])
-        s = joint_l2_sensitivity(part, oracle.n) / math.sqrt(2 * rho_g)
+        s = gaussian_sigma(joint_l2_sensitivity(part, oracle.n), rho_g)
         total[list(rel.cells)] += y / s**2
         precision[list(rel.cells)] += 1 / s**2
     if not (precision > 0).all():
