@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -172,3 +173,42 @@ def test_plan_lists_one_release_per_weighted_requirement(spec_without_data: Path
     corr_joint, corr_weighted = joint["requirements"][0], weighted["requirements"][0]
     assert corr_weighted["predicted_sd"] < corr_joint["predicted_sd"]
     assert main(["plan", str(spec_without_data)]) == 0
+
+
+def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each_sd() -> None:
+    from types import SimpleNamespace
+
+    from dpql import accept
+    from dpql.plan.ir import ModelRequirement
+
+    logit = ModelRequirement("logistic", "income", ("age", "job"), TOL, weight=1.0)
+    corr = CorrRequirement("age", "hours", TOL, weight=3.0)
+    reqs = (logit, corr)
+    plan = SimpleNamespace(
+        measures=expand_requirements(reqs, DOMAIN),
+        requirements=reqs,
+        phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
+    )
+    oracle = ExactOracle(REAL, seed=12)
+    out = accept.run_postprocess(plan, oracle, SYN, seed=4)
+    assert [e.phase for e in oracle.ledger.events] == ["iproj.measure"] * 2 + ["accept"]
+    assert math.fsum(e.rho for e in oracle.ledger.events) <= 1.5
+    js = json.loads(json.dumps(out.to_json()))
+    corr_js = js["requirements"][1]
+    # the corr's sd comes from its own, larger release: the delta method at its cells' sigmas
+    sig = plan.measures.cell_sigmas(REAL.n, 1.0)
+    assert sig[list(plan.measures.index[1])].max() < sig[list(plan.measures.index[0])].max()
+    # ... which is smaller than in one joint release of all the measures (same budget)
+    joint_reqs = (replace(logit, weight=None), replace(corr, weight=None))
+    joint_plan = SimpleNamespace(
+        measures=expand_requirements(joint_reqs, DOMAIN),
+        requirements=joint_reqs,
+        phase_rho=plan.phase_rho,
+    )
+    joint = accept.run_postprocess(joint_plan, ExactOracle(REAL, seed=12), SYN, seed=4)
+    joint_corr = json.loads(json.dumps(joint.to_json()))["requirements"][1]
+    k, k_corr = len(joint_plan.measures.queries), len(plan.measures.index[1])
+    assert corr_js["sigma"] / joint_corr["sigma"] == pytest.approx(
+        math.sqrt(k_corr / 0.75 / k), rel=0.1
+    )
+    assert js["requirements"][0]["excess_risk_bound"]["kind"] == "upper bound"
