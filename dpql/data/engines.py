@@ -488,6 +488,8 @@ def local_spark_session(workdir: str, *, threads: int = 2, driver_memory: str = 
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.local.dir", os.path.join(workdir, "local"))
+        # Spark creates its SQL warehouse folder in the working directory unless told otherwise.
+        .config("spark.sql.warehouse.dir", os.path.join(workdir, "warehouse"))
         .config(
             "spark.driver.extraJavaOptions",
             f"-Dlog4j2.configurationFile=file:{log4j} {HUGE_METHODS}",
