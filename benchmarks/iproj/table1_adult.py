@@ -93,7 +93,7 @@ sys.path.insert(0, str(HERE.parent / "rap"))  # peers.py: MST and AIM on mbi 2.0
 
 DELTA = 1e-9
 LABEL = "income"
-GENERATORS = ("mst", "aim", "gan")
+GENERATORS = ("mst", "aim", "gan", "dpctgan", "patectgan")
 # The example spec's logistic requirement (examples/adult/adult.release.yaml).
 LR_FEATURES = ("age", "education_num", "hours_per_week", "sex", "marital_status")
 
@@ -164,11 +164,23 @@ def _gan(table: EncodedTable, eps: float, seed: int, a: argparse.Namespace):
     return sample(model, table.n, seed), {"noise_multipliers": noise, "epsilon": plan.epsilon}
 
 
+def _smartnoise(table: EncodedTable, eps: float, seed: int, a: argparse.Namespace, method: str):
+    """SmartNoise's table from ``smartnoise_gen.py`` (its own torch environment), bins decoded."""
+    path = (a.smartnoise or Path(".")) / f"{method}-eps{eps:g}-seed{seed}.npz"
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: run benchmarks/iproj/smartnoise_gen.py (docstring)")
+    z = np.load(path)
+    codes = {c: z[c].astype(np.int32) for c in table.domain.names}
+    return decode_bins(table.domain, codes, np.random.default_rng(seed)), {"file": path.name}
+
+
 def _generate(
     method: str, table: EncodedTable, eps: float, seed: int, a: argparse.Namespace
 ) -> tuple[EncodedTable, dict]:
     if method == "gan":
         return _gan(table, eps, seed, a)
+    if method in ("dpctgan", "patectgan"):
+        return _smartnoise(table, eps, seed, a, method)
     return _mbi(table, eps, seed, a, method)
 
 
@@ -439,6 +451,8 @@ def main() -> None:
     ap.add_argument("--aim-final-iters", type=int, default=1000)
     ap.add_argument("--gan-steps-scale", type=float, default=1.0, help="shorten GAN training")
     ap.add_argument("--draws", type=int, default=1, help="noise draws of epsilon_post per seed")
+    ap.add_argument("--smartnoise", type=Path, help="folder of smartnoise_gen.py outputs")
+    ap.add_argument("--export-codes", type=Path, help="write Adult's public codes and exit")
     ap.add_argument("--cache", type=Path, help="folder of generator tables (read and written)")
     ap.add_argument("--generate-only", action="store_true", help="fill --cache and stop")
     ap.add_argument("--verbose", action="store_true")
@@ -454,6 +468,10 @@ def main() -> None:
     domain = load_spec(SHARED / "spec-examples/adult.release.yaml").domain
     real = load_table(SHARED / "data/adult/adult_train.csv", domain).table
     test = load_table(SHARED / "data/adult/adult_test.csv", domain).table
+    if a.export_codes:  # the input of smartnoise_gen.py
+        a.export_codes.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(a.export_codes, **real.codes)
+        return
     print(f"real f1 (train->test): {f1(real, test):.3f}", flush=True)
     saved = json.loads(a.out.read_text()) if a.out and a.out.exists() else {"rows": []}
     saved.setdefault("commands", []).append(

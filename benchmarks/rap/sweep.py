@@ -74,8 +74,13 @@ def worker(spec_path: str, noise_seed: int) -> dict:
     rap._Fitter.fit = timed
     t = time.perf_counter()
     res = rap.run_rap(
-        measurer, spec.domain, plan.queries, plan.rap, plan.rap_options,
-        spec.model.synthesizer.rows, 0,
+        measurer,
+        spec.domain,
+        plan.queries,
+        plan.rap,
+        plan.rap_options,
+        spec.model.synthesizer.rows,
+        0,
     )
     wall = time.perf_counter() - t
     measurer.close()
@@ -117,7 +122,9 @@ def main() -> None:
             for seed in args.seeds:
                 out = subprocess.run(
                     [sys.executable, __file__, "--worker", str(spec), str(seed)],
-                    capture_output=True, text=True, check=True,
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 ).stdout
                 rows.append(json.loads(out.strip().splitlines()[-1]))
                 r = rows[-1]
