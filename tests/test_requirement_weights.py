@@ -183,12 +183,15 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
 
     logit = ModelRequirement("logistic", "income", ("age", "job"), TOL, weight=1.0)
     corr = CorrRequirement("age", "hours", TOL, weight=3.0)
-    reqs = (logit, corr)
-    plan = SimpleNamespace(
-        measures=expand_requirements(reqs, DOMAIN),
-        requirements=reqs,
-        phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
-    )
+
+    def plan_of(*reqs: object) -> SimpleNamespace:  # what run_postprocess reads of a plan
+        return SimpleNamespace(
+            measures=expand_requirements(reqs, DOMAIN),
+            requirements=reqs,
+            phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
+        )
+
+    plan = plan_of(logit, corr)
     oracle = ExactOracle(REAL, seed=12)
     out = accept.run_postprocess(plan, oracle, SYN, seed=4)
     assert [e.phase for e in oracle.ledger.events] == ["iproj.measure"] * 2 + ["accept"]
@@ -199,12 +202,7 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
     sig = plan.measures.cell_sigmas(REAL.n, 1.0)
     assert sig[list(plan.measures.index[1])].max() < sig[list(plan.measures.index[0])].max()
     # ... which is smaller than in one joint release of all the measures (same budget)
-    joint_reqs = (replace(logit, weight=None), replace(corr, weight=None))
-    joint_plan = SimpleNamespace(
-        measures=expand_requirements(joint_reqs, DOMAIN),
-        requirements=joint_reqs,
-        phase_rho=plan.phase_rho,
-    )
+    joint_plan = plan_of(replace(logit, weight=None), replace(corr, weight=None))
     joint = accept.run_postprocess(joint_plan, ExactOracle(REAL, seed=12), SYN, seed=4)
     joint_corr = json.loads(json.dumps(joint.to_json()))["requirements"][1]
     k, k_corr = len(joint_plan.measures.queries), len(plan.measures.index[1])

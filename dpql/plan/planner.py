@@ -42,6 +42,7 @@ from dpql.plan.ir import ModelRequirement, Query, Requirement
 from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
+    release_rhos,
     smallest_epsilon_for,
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
@@ -376,18 +377,11 @@ def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
 
 def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[BudgetLine]:
     """The post-processing releases (``iproj.measure``), one line each, with the rho
-    ``dpql.synth.iproj.measure`` will spend on them (same exact split)."""
-    shares = {str(i): r.share for i, r in enumerate(measures.releases)}
-    rhos = split_rho(rho, shares)
-    lines = []
-    for i, rel in enumerate(measures.releases):
-        r = rhos[str(i)]
-        lines.append(
-            BudgetLine(
-                "iproj.measure", "gaussian", 1, r, _sigma_requirements(len(rel.cells), n, r), n
-            )
-        )
-    return lines
+    ``dpql.synth.iproj.measure`` will spend on them (``release_rhos``)."""
+    return [
+        BudgetLine("iproj.measure", "gaussian", 1, r, _sigma_requirements(len(rel.cells), n, r), n)
+        for rel, r in zip(measures.releases, release_rhos(measures.releases, rho), strict=True)
+    ]
 
 
 def _requirement_plan(

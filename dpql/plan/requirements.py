@@ -52,6 +52,7 @@ from dpql.plan.ir import (
     TruePred,
     pred_columns,
 )
+from dpql.privacy.budget import split_rho
 from dpql.privacy.mechanisms import gaussian_sigma
 
 # A factor: (column, None) is the scaled numeric value, (column, code) the indicator 1{x = code}.
@@ -68,6 +69,13 @@ class Release:
 
     cells: tuple[int, ...]
     share: Fraction
+
+
+def release_rhos(releases: Sequence[Release], rho: float) -> list[float]:
+    """The rho of each release when they spend ``rho`` in all: exact shares through
+    ``split_rho``, so the parts never sum above ``rho``. The planner, the measurement and the
+    predicted sigmas all use this one split."""
+    return list(split_rho(rho, {str(i): r.share for i, r in enumerate(releases)}).values())
 
 
 @dataclass(frozen=True)
@@ -93,11 +101,12 @@ class RequirementMeasures:
         several releases is their inverse-variance average: ``(sum_g sigma_g^-2)^(-1/2)``.
         """
         precision = np.zeros(len(self.queries))
-        for rel in self.releases or (Release(tuple(range(len(self.queries))), Fraction(1)),):
-            if rho <= 0 or not rel.cells:
+        releases = self.releases or (Release(tuple(range(len(self.queries))), Fraction(1)),)
+        for rel, rho_g in zip(releases, release_rhos(releases, rho), strict=True):
+            if rho_g <= 0 or not rel.cells:
                 continue
             l2 = math.sqrt(math.fsum(self.queries[i].sensitivity(n).l2 ** 2 for i in rel.cells))
-            precision[list(rel.cells)] += gaussian_sigma(l2, float(rel.share) * rho) ** -2
+            precision[list(rel.cells)] += gaussian_sigma(l2, rho_g) ** -2
         with np.errstate(divide="ignore"):
             return 1.0 / np.sqrt(precision)
 

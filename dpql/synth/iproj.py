@@ -47,8 +47,7 @@ from dpql.domain import Domain, EncodedTable
 from dpql.plan.exact import per_row
 from dpql.plan.ir import Query
 from dpql.plan.oracle import MeasurementOracle
-from dpql.plan.requirements import Release
-from dpql.privacy.budget import split_rho
+from dpql.plan.requirements import Release, release_rhos
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
@@ -110,13 +109,10 @@ def measure(
         return Measurement(queries, noisy, np.full(noisy.shape, sigma), rho, oracle.n)
     if sum((r.share for r in releases), Fraction(0)) != 1:
         raise ValueError("release shares must sum to 1")
-    # Exact shares: the releases' rho never sums above ``rho``.
-    rhos = split_rho(rho, {str(i): r.share for i, r in enumerate(releases)})
     total = np.zeros(len(queries))  # sum of answer / sigma^2
     precision = np.zeros(len(queries))
-    for i, rel in enumerate(releases):
+    for i, (rel, rho_g) in enumerate(zip(releases, release_rhos(releases, rho), strict=True)):
         part = [queries[c] for c in rel.cells]
-        rho_g = rhos[str(i)]
         ans = oracle.measure(part, rho_g, phase=PHASE, label=f"{label} ({i + 1}/{len(releases)})")
         if any(np.size(a) != 1 for a in ans):
             raise ValueError("separate releases need scalar queries")
