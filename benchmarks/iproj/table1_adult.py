@@ -364,7 +364,8 @@ def run(
                 m = exact_measurement(queries, real)
             else:
                 oracle = Oracle(real, seed + 2000 + 100 * d)
-                m = iproj.measure(queries, oracle, rho1, label=f"moments ({name})", releases=releases)
+                label = f"moments ({name})"
+                m = iproj.measure(queries, oracle, rho1, label=label, releases=releases)
                 assert oracle.ledger.total_rho() <= rho1
             t = time.perf_counter()
             post = iproj.iproject(base1, m, seed=seed + 100 * d)
