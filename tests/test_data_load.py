@@ -13,7 +13,7 @@ import pytest
 from adult_domain import adult_domain, adult_rows
 
 from dpql.codec import Fill
-from dpql.data.load import load_table, rules_from_spec
+from dpql.data.load import load_table, ragged_row_error, rules_from_spec
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
 
@@ -74,6 +74,17 @@ def test_file_level_errors(tmp_path: Path, name: str, content: str | bytes, code
     assert err.value.codes == [code]
     assert err.value.diagnostics[0].pos is not None
     assert err.value.diagnostics[0].pos.file.endswith(name)
+
+
+def test_a_ragged_row_is_reported_at_its_line(tmp_path: Path) -> None:
+    for body in ("x,c\n1,a\n\n2,b,zzz\n", "x,c\n1,a\n2,b,zzz\n3,a\n"):
+        path = write(tmp_path, "r.csv", body)
+        with pytest.raises(DiagnosticError) as err:
+            load_table(path, DOMAIN)
+        pos = err.value.diagnostics[0].pos
+        assert pos is not None and pos.line == body.splitlines().index("2,b,zzz") + 1
+        assert "has 3 fields, the header has 2" in err.value.diagnostics[0].message
+    assert ragged_row_error(write(tmp_path, "ok.csv", 'x,c\n1,"a,b"\n\n2,b\n')) is None
 
 
 def test_unreadable_paths(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ from dpql.data.load import (
     error,
     file_sha256,
     load_table,
+    ragged_row_error,
 )
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
@@ -371,19 +372,21 @@ class DuckDBEngine(_SQLEngine):
                 )
             self._guard(
                 path,
+                fmt,
                 lambda: self._con.execute(
                     f"CREATE OR REPLACE TEMPORARY VIEW source AS SELECT * FROM {scan}"
                 ),
             )
             self._guard(
                 path,
+                fmt,
                 lambda: self._encode(path, domain, fmt, dict(missing or {}), dict(other or {})),
             )
         except BaseException:
             self.close()
             raise
 
-    def _guard(self, path: Path, step: Callable[[], object]) -> None:
+    def _guard(self, path: Path, fmt: DataFormat, step: Callable[[], object]) -> None:
         import duckdb
 
         try:
@@ -391,7 +394,7 @@ class DuckDBEngine(_SQLEngine):
         except DiagnosticError:
             raise
         except (duckdb.InvalidInputException, duckdb.IOException, duckdb.ConversionException) as e:
-            raise error(
+            raise _ragged(path, fmt) or error(
                 "E409",
                 f"cannot read '{path}': {str(e).splitlines()[0]}",
                 path,
@@ -558,9 +561,10 @@ class SparkEngine(_SQLEngine):
                 # would run interpreted (~4x slower): fall back from whole-stage codegen there.
                 self._spark.conf.set("spark.sql.codegen.hugeMethodLimit", "8000")
             self._spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(STREAM_ROWS))
-            self._guard(path, lambda: self._open(path, fmt))
+            self._guard(path, fmt, lambda: self._open(path, fmt))
             self._guard(
                 path,
+                fmt,
                 lambda: self._encode(path, domain, fmt, dict(missing or {}), dict(other or {})),
             )
         except BaseException:
@@ -590,7 +594,7 @@ class SparkEngine(_SQLEngine):
         frame.createOrReplaceTempView("source")
         self._frame = frame
 
-    def _guard(self, path: Path, step: Callable[[], object]) -> None:
+    def _guard(self, path: Path, fmt: DataFormat, step: Callable[[], object]) -> None:
         """Run ``step``; Spark failures become E409 (unreadable file) or E410."""
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
@@ -602,7 +606,7 @@ class SparkEngine(_SQLEngine):
         except (PySparkException, Py4JJavaError) as e:
             text = _spark_message(e)
             if any(k in text for k in ("MALFORMED", "FAILED_READ_FILE", "PATH_NOT_FOUND")):
-                raise error(
+                raise _ragged(path, fmt) or error(
                     "E409",
                     f"cannot read '{path}': {text}",
                     path,
@@ -712,6 +716,11 @@ def _marginal_counts(
                 cell, weights=weights, minlength=sizes[m]
             )
     yield pa.RecordBatch.from_arrays([pa.array([total.tobytes()], pa.binary())], ["counts"])
+
+
+def _ragged(path: Path, fmt: DataFormat) -> DiagnosticError | None:
+    """Where a CSV the engine could not parse goes wrong (its messages carry no line)."""
+    return ragged_row_error(path) if fmt == "csv" else None
 
 
 def _spark_message(e: BaseException) -> str:

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 import pandas as pd
 
@@ -85,18 +85,47 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def csv_header(path: Path) -> list[str]:
-    """The column names on the first line of a (possibly gzip-compressed) CSV file."""
+def _open_csv_text(path: Path) -> IO[str]:
     with path.open("rb") as f:
         gzipped = f.read(2) == b"\x1f\x8b"
+    return (gzip.open if gzipped else open)(path, "rt", encoding="utf-8-sig", newline="")
+
+
+def csv_header(path: Path) -> list[str]:
+    """The column names on the first line of a (possibly gzip-compressed) CSV file."""
     try:
-        with (gzip.open if gzipped else open)(path, "rt", encoding="utf-8-sig", newline="") as f:
+        with _open_csv_text(path) as f:
             header = next(csv.reader(f), None)
     except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError, csv.Error) as e:
         raise error("E409", f"cannot read the header line of '{path}': {e}", path) from None
     if not header:
         raise error("E403", f"data file '{path}' has no header line", path)
     return header
+
+
+def ragged_row_error(path: Path) -> DiagnosticError | None:
+    """E409 at the first CSV record whose field count differs from the header's, or None.
+
+    Streams the whole file, so readers call it only after they failed, to say where: DuckDB
+    and Spark report a malformed CSV without a usable line number. Blank lines are skipped, as
+    the readers skip them.
+    """
+    try:
+        with _open_csv_text(path) as f:
+            reader = csv.reader(f)
+            header = next(reader, None) or []
+            for record in reader:
+                if record and len(record) != len(header):
+                    pos = SourcePos(str(path), reader.line_num, 1)
+                    message = (
+                        f"line {reader.line_num} has {len(record)} fields, "
+                        f"the header has {len(header)}"
+                    )
+                    hint = "every row needs one cell per header column; quote cells with commas"
+                    return DiagnosticError([Diagnostic("E409", message, pos, hint)])
+    except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError, csv.Error):
+        return None  # the reader's own message says what is wrong
+    return None
 
 
 def read_frame(path: Path, fmt: DataFormat) -> pd.DataFrame:
@@ -125,7 +154,9 @@ def read_frame(path: Path, fmt: DataFormat) -> pd.DataFrame:
             "CSV files must be UTF-8 text, optionally gzip-compressed",
         ) from None
     except (pd.errors.ParserError, csv.Error) as e:
-        raise error("E409", f"malformed CSV in '{path}': {str(e).strip()}", path) from None
+        raise ragged_row_error(path) or error(
+            "E409", f"malformed CSV in '{path}': {str(e).strip()}", path
+        ) from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
         raise error("E409", f"cannot read '{path}' as {fmt}: {e}", path) from None
     if len(df) == 0:
