@@ -47,6 +47,7 @@ Plan time (no data; :func:`plan_diagnostics`): ``E505`` a metric that cannot be 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -66,6 +67,7 @@ from dpql.plan.ir import (
 )
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import (
+    allocation_scales,
     delta_method_sd,
     predicted_error,
     requirement_queries,
@@ -837,22 +839,33 @@ def run_postprocess(
     progress: Callable[[str, int, int], None] | None = None,
 ) -> PostprocessOutcome:
     """The compile step after synthesis: measure the plan's requirement measures (phase
-    ``iproj.measure``), I-project, resample (the external synthesizer's ``rows`` when set, else
+    ``iproj.measure``, noise spread over them by ``requirements.allocation_scales`` at the
+    input table's moments), I-project, resample (the external synthesizer's ``rows`` when set, else
     as many rows as the input), then the acceptance tests (phase ``accept``, budget
     ``plan.phase_rho["accept.test"]``). ``plan`` is a :class:`dpql.plan.planner.ReleasePlan`."""
-    from dpql.synth.iproj import iproject, measure
+    from dpql.synth.iproj import features, iproject, measure
 
     def tick(i: int) -> None:
         if progress is not None:
             progress("postprocess", i, 3)
 
     tick(0)
+    measures = plan.measures
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
+        synthetic = np.nanmean(features(measures.queries, table), axis=0)
+    # The synthetic table is public (the generator's DP output, or the external table with its
+    # declared budget), so the noise may be spread by its moments.
+    scales = allocation_scales(
+        measures, plan.requirements, measures.answer_map(synthetic), table.domain
+    )
     measurement = measure(
-        plan.measures.queries,
+        measures.queries,
         oracle,
         plan.phase_rho["iproj.measure"],
         label="requirements",
-        releases=plan.measures.releases,
+        releases=measures.releases,
+        scales=scales,
     )
     tick(1)
     spec = getattr(plan, "spec", None)

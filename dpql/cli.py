@@ -139,8 +139,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out.print(
             "[dim]reachable: 2 sd <= tolerance, so the DP test can decide it; whether the "
             "synthetic table meets it is known after compile. The sd of corr and mean assumes "
-            "columns spread uniformly over their public bounds (no data is read); "
-            "concentrated columns give larger sds (a few times larger on Adult).[/]"
+            "columns spread uniformly over their public bounds and equal noise on every "
+            "measure (no data is read); concentrated columns give larger sds (a few times "
+            "larger on Adult), and compile spreads the noise at the synthetic table's moments "
+            "(spec/language.md 5.3).[/]"
         )
     out.print(f"[dim]planned in {time.perf_counter() - t:.2f} s; no data was read[/]")
     return EXIT_OK

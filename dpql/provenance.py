@@ -311,9 +311,9 @@ def _defs() -> dict[str, Any]:
             "noise_sigma": {
                 "type": "array",
                 "items": _NONNEG,
-                "description": "Gaussian noise sd of each measure: all equal for one joint "
-                "release; with requirement weights, each release's sd, inverse-variance "
-                "combined for a measure in several releases.",
+                "description": "Gaussian noise sd of each measure: its release's sd divided "
+                "by the measure's scale (the noise spread at the synthetic table's moments); "
+                "inverse-variance combined for a measure in several weighted releases.",
             },
             "iterations": {"type": "integer", "minimum": 0},
             "gamma": _NONNEG,

@@ -1,48 +1,29 @@
-"""Shared fixtures for the iproj / requirements / accept tests: small tables and an exact oracle.
+"""Shared fixtures for the iproj / requirements / accept tests: small tables and an oracle.
 
-The oracle is a test double of ``dpql.data.measure.PrivateMeasurer``: exact answers of the
-in-memory table plus the privacy layer's Gaussian mechanism with a seeded (test-only) source.
+The oracle is ``dpql.data.measure.PrivateMeasurer`` itself over the in-memory table, with a
+seeded (test-only) noise source.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 import numpy as np
 
+from dpql.codec import CuratorLog
+from dpql.data.engines import InMemoryEngine
+from dpql.data.measure import PrivateMeasurer
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import Query
 from dpql.privacy.ledger import Ledger
-from dpql.privacy.mechanisms import gaussian_mechanism
 from dpql.privacy.noise import NoiseSource
 
 
-class ExactOracle:
-    """``measure`` = exact answers + Gaussian noise through the privacy layer (ledger event)."""
+class ExactOracle(PrivateMeasurer):
+    """The real measurement layer over an in-memory table, with a seeded (test-only) noise
+    source and its own ledger."""
 
     def __init__(self, table: EncodedTable, seed: int = 0) -> None:
         self.table, self.ledger = table, Ledger()
-        self._noise = NoiseSource.for_testing(seed)
-
-    @property
-    def n(self) -> int:
-        return self.table.n
-
-    def measure(
-        self, queries: Sequence[Query], rho: float, *, phase: str, label: str
-    ) -> list[np.ndarray]:
-        exact = answer_all(list(queries), self.table)
-        l2 = math.sqrt(sum(q.sensitivity(self.n).l2 ** 2 for q in queries))
-        noisy = gaussian_mechanism(
-            np.concatenate(exact), l2, rho, noise=self._noise, ledger=self.ledger,
-            phase=phase, label=label,
-        )  # fmt: skip
-        return np.split(noisy, np.cumsum([a.size for a in exact])[:-1])
-
-    def select(self, *args: object, **kwargs: object) -> list[int]:
-        raise NotImplementedError
+        engine = InMemoryEngine(table, CuratorLog("test", table.n, table.n))
+        super().__init__(engine, table.n, self.ledger, NoiseSource.for_testing(seed))
 
 
 DOMAIN = Domain(

@@ -80,10 +80,12 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     assert k > 0 and all(len(post[v]) == k for v in ("lambda", "noisy", "target"))
     assert post["kkt_violation"] <= 1e-6 and post["iterations"] >= 1
     (event,) = [e for e in record["privacy"]["events"] if e["phase"] == "iproj.measure"]
-    assert len(post["noise_sigma"]) == k  # one joint release: one sd for every measure
-    assert event["count"] == k and all(
-        math.isclose(event["noise_scale"], s) for s in post["noise_sigma"]
-    )
+    assert len(post["noise_sigma"]) == k and event["count"] == k
+    # one joint release, its noise spread over the measures (sd = release sd / c_k) with
+    # sum c_k^2 = k, so the release keeps the sensitivity and sd of equal noise
+    scales = [event["noise_scale"] / s for s in post["noise_sigma"]]
+    assert math.isclose(math.fsum(c * c for c in scales), k, rel_tol=1e-9)
+    assert math.isclose(event["l2_sensitivity"], math.sqrt(k) / record["spec"]["data"]["rows"])
 
     for what, bad in _mutations(record).items():
         problems = verify_record(bad)

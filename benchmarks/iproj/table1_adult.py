@@ -43,9 +43,10 @@ Protocol (digest ``papers/postprocessing.md`` sec. 5):
   second moments of the features and the label). ``logistic(income ~ top-4) weight 9`` and the
   spec's requirement ``weight 1`` get one Gaussian release each (90% / 10% of rho); shared
   moments are inverse-variance averaged (spec/language.md sec. 5.3);
-* variant ``post_alloc`` (not the paper's protocol): the same epsilon_post = 1 and measures, but
-  each moment is its own release, with a share of rho that minimises the delta-method error of
-  the correlations at the epsilon = 1 table's moments (``allocated_releases``);
+* variant ``post_alloc`` (dpql's default, not the paper's protocol): the same epsilon_post = 1,
+  measures and single release, with the noise spread over the moments so as to minimise the
+  delta-method error of the correlations at the epsilon = 1 table's moments
+  (``dpql.plan.requirements.allocation_scales``, as ``dpql compile`` does);
 * variant ``exact`` (a ceiling, not DP): the paper's top-5 moments of the real table *without
   noise*. It shows what post-processing on these measures could reach at any epsilon_post, so
   it separates what the DP noise costs from what the generator's rows (and the measures' choice)
@@ -77,20 +78,21 @@ import sys
 import time
 import warnings
 from dataclasses import replace
-from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
+from dpql.codec import CuratorLog
+from dpql.data.engines import InMemoryEngine
 from dpql.data.load import load_table
+from dpql.data.measure import PrivateMeasurer
 from dpql.domain import Domain, EncodedTable, NumericColumn
 from dpql.plan.exact import answer_all, design_matrix
 from dpql.plan.ir import CorrRequirement, ModelRequirement, Tolerance
-from dpql.plan.requirements import Release, expand_requirements, value_sd
+from dpql.plan.requirements import allocation_scales, expand_requirements
 from dpql.privacy.accountant import rho_from_eps_delta
 from dpql.privacy.ledger import Ledger
-from dpql.privacy.mechanisms import gaussian_mechanism
 from dpql.privacy.noise import NoiseSource
 from dpql.spec.load import load_spec
 from dpql.synth import iproj
@@ -298,43 +300,13 @@ def top5(t: EncodedTable) -> list[str]:
     return [LABEL, *sorted(cands, key=lambda c: -r[c])[:4]]
 
 
-class Oracle:
-    """Exact answers of the real table + the privacy layer's Gaussian mechanism (test noise)."""
+class Oracle(PrivateMeasurer):
+    """dpql's measurement layer over the real table, with a seeded (test-only) noise source."""
 
     def __init__(self, table: EncodedTable, seed: int) -> None:
-        self.table, self.ledger, self._noise = table, Ledger(), NoiseSource.for_testing(seed)
-
-    @property
-    def n(self) -> int:
-        return self.table.n
-
-    def measure(self, queries, rho, *, phase, label):  # type: ignore[no-untyped-def]
-        exact = answer_all(list(queries), self.table)
-        l2 = iproj.joint_l2_sensitivity(queries, self.n)
-        y = gaussian_mechanism(
-            np.concatenate(exact), l2, rho, noise=self._noise, ledger=self.ledger, phase=phase,
-            label=label,
-        )  # fmt: skip
-        return np.split(y, np.cumsum([a.size for a in exact])[:-1])
-
-
-def allocated_releases(
-    reqs: list[CorrRequirement], queries: tuple, base: EncodedTable
-) -> tuple[Release, ...]:
-    """One release per moment, with rho shares ∝ c_k^(1/3), where c_k is the squared gradient of
-    the correlations in moment k, summed over pairs (``value_sd`` with unit noise on k alone),
-    at the moments of the epsilon = 1 synthetic table ``base`` (public: no real data is read).
-    c^(1/3) minimises the delta-method sum of sds when one cell dominates each correlation."""
-    at = dict(zip(queries, np.concatenate(answer_all(list(queries), base)).tolist(), strict=True))
-    c = np.array([
-        sum(value_sd(r, at, {p: float(p == q) for p in queries}, base.domain) ** 2 for r in reqs)
-        for q in queries
-    ])  # fmt: skip
-    w = np.maximum(c, 1e-12 * c.max()) ** (1 / 3)
-    shares = [Fraction(max(1, round(1e6 * x / w.sum())), 10**6) for x in w[:-1]]
-    shares.append(1 - sum(shares, Fraction(0)))
-    assert shares[-1] > 0
-    return tuple(Release((k,), f) for k, f in enumerate(shares))
+        self.ledger = Ledger()
+        engine = InMemoryEngine(table, CuratorLog("adult", table.n, table.n))
+        super().__init__(engine, table.n, self.ledger, NoiseSource.for_testing(seed))
 
 
 def exact_measurement(queries: tuple, real: EncodedTable) -> iproj.Measurement:
@@ -364,9 +336,16 @@ def run(
     weighted = expand_requirements(
         [replace(lr_top, weight=9.0), replace(lr_spec, weight=1.0)], real.domain
     )
-    variants = {"post": (paper_q, ()), "post_w": (weighted.queries, weighted.releases)}
-    variants["post_alloc"] = (paper_q, allocated_releases(corr, paper_q, base1))
-    variants["exact"] = (paper_q, None)  # the real moments without noise: a ceiling, not DP
+    paper_m = expand_requirements(corr, real.domain)
+    at = paper_m.answer_map(np.concatenate(answer_all(list(paper_q), base1)))
+    spread = allocation_scales(paper_m, corr, at, real.domain)
+    variants = {
+        "post": (paper_q, (), None),
+        "post_w": (weighted.queries, weighted.releases, None),
+        # dpql's default: the noise spread at the epsilon = 1 table's moments
+        "post_alloc": (paper_q, paper_m.releases, spread),
+        "exact": (paper_q, None, None),  # the real moments without noise: a ceiling, not DP
+    }
     variants = {k: v for k, v in variants.items() if k in a.variants}
     ref = corr_matrix(real, cols)
 
@@ -381,7 +360,7 @@ def run(
         "f1s_eps2": f1(base2, test, style="sdmetrics"),
         "t_gen_eps1": t_gen1, "t_gen_eps2": t_gen2, "gen_eps1": info1, "gen_eps2": info2,
     }  # fmt: skip
-    for name, (queries, releases) in variants.items():
+    for name, (queries, releases, scales) in variants.items():
         draws: dict[str, list] = {k: [] for k in ("t", "err", "f1", "f1s", "ess", "diags")}
         for d in range(a.draws if releases is not None else 1):  # independent measurements
             if releases is None:
@@ -389,7 +368,8 @@ def run(
             else:
                 oracle = Oracle(real, seed + 2000 + 100 * d)
                 label = f"moments ({name})"
-                m = iproj.measure(queries, oracle, rho1, label=label, releases=releases)
+                kw = {} if scales is None else {"scales": scales}
+                m = iproj.measure(queries, oracle, rho1, label=label, releases=releases, **kw)
                 assert oracle.ledger.total_rho() <= rho1
             t = time.perf_counter()
             post = iproj.iproject(base1, m, seed=seed + 100 * d)
@@ -425,8 +405,8 @@ VARIANTS = {
     "post": "paper protocol: top-5 moments, one release",
     "post_w": "requirement weights: logistic(income ~ top-4) weight 9 + the spec's logistic "
     "requirement weight 1",
-    "post_alloc": "the paper's top-5 moments, one release per moment with rho shares set on the "
-    "ε = 1 table (allocated_releases)",
+    "post_alloc": "dpql's default: the paper's top-5 moments in one release, noise spread over "
+    "them at the ε = 1 table's moments (requirements.allocation_scales)",
     "exact": "ceiling, not DP: the paper's top-5 moments of the real table without noise",
 }
 

@@ -23,7 +23,6 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ import numpy as np
 from dpql.codec import CuratorLog
 from dpql.data.engines import MeasurementEngine
 from dpql.diagnostics import InternalError
-from dpql.plan.ir import Query
+from dpql.plan.ir import Query, joint_l2_sensitivity
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
@@ -94,18 +93,30 @@ class PrivateMeasurer:
         return [self._sums[q] / self._n for q in queries]
 
     def measure(
-        self, queries: Sequence[Query], rho: float, *, phase: str, label: str
+        self,
+        queries: Sequence[Query],
+        rho: float,
+        *,
+        phase: str,
+        label: str,
+        scales: Sequence[float] | None = None,
     ) -> list[np.ndarray]:
-        """Gaussian mechanism on the concatenated answers ``sums / n``: rho-zCDP under
+        """Gaussian mechanism on the concatenated answers ``c_q * sums / n``: rho-zCDP under
         replace-one neighbours at the public n, with L2 sensitivity
-        ``sqrt(sum_q q.sensitivity(n).l2 ** 2)`` (sqrt(2)/n per vector query, 1/n per scalar
-        one). Returns one unclipped noisy vector per query; appends one ledger event."""
+        ``sqrt(sum_q (c_q * q.sensitivity(n).l2) ** 2)`` (sqrt(2)/n per vector query, 1/n per
+        scalar one, times its scale). Each answer is divided by its scale after the noise
+        (post-processing), so query q gets noise sd ``sigma / c_q``. Scales (default 1, finite,
+        > 0) must be chosen from public information. Returns one unclipped noisy vector per
+        query; appends one ledger event."""
         if not queries:
             return []
+        c = np.ones(len(queries)) if scales is None else np.asarray(scales, dtype=np.float64)
+        if c.shape != (len(queries),) or not (np.isfinite(c).all() and (c > 0).all()):
+            raise InternalError("measurement scales must be one finite positive number per query")
         answers = self._answers(queries)
-        l2 = math.sqrt(math.fsum(q.sensitivity(self._n).l2 ** 2 for q in queries))
+        l2 = joint_l2_sensitivity(queries, self._n, c.tolist())
         noisy = gaussian_mechanism(
-            np.concatenate(answers),
+            np.concatenate([a * ci for a, ci in zip(answers, c, strict=True)]),
             l2,
             rho,
             noise=self._noise,
@@ -113,7 +124,8 @@ class PrivateMeasurer:
             phase=phase,
             label=label,
         )
-        return np.split(noisy, np.cumsum([a.size for a in answers])[:-1])
+        parts = np.split(noisy, np.cumsum([a.size for a in answers])[:-1])
+        return [part / ci for part, ci in zip(parts, c, strict=True)]
 
     def select(
         self,

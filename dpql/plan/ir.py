@@ -19,6 +19,7 @@ and can be hashed.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -249,6 +250,17 @@ def query_columns(q: Query) -> tuple[str, ...]:
     if isinstance(q, ModelAccuracy):
         return (*q.features, q.label)
     return q.columns + tuple(c for c in pred_columns(q.given) if c not in q.columns)
+
+
+def joint_l2_sensitivity(
+    queries: Sequence[Query], n: int, scales: Sequence[float] | None = None
+) -> float:
+    """L2 sensitivity of the concatenated answers ``c_q * q(D)`` under replace-one at ``n``:
+    ``sqrt(sum_q (c_q * Delta_2(q))^2)`` (sqrt(K)/n for K scalar queries at unit scale). Each
+    query's change is bounded on its own, so the squared bounds add."""
+    c = [1.0] * len(queries) if scales is None else list(scales)
+    terms = (ci * q.sensitivity(n).l2 for q, ci in zip(queries, c, strict=True))
+    return math.sqrt(math.fsum(t * t for t in terms))
 
 
 # --------------------------------------------------------------------------------------------

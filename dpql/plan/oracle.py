@@ -27,13 +27,21 @@ class MeasurementOracle(Protocol):
     def n(self) -> int: ...
 
     def measure(
-        self, queries: Sequence[Query], rho: float, *, phase: str, label: str
+        self,
+        queries: Sequence[Query],
+        rho: float,
+        *,
+        phase: str,
+        label: str,
+        scales: Sequence[float] | None = None,
     ) -> list[np.ndarray]:
         """Gaussian mechanism on the concatenated answers of ``queries`` at total ``rho``-zCDP.
 
         The L2 sensitivity is that of the concatenation (sqrt of the sum of squared per-query
-        L2 sensitivities). Returns one noisy answer vector per query (averages, not counts,
-        not clipped).
+        L2 sensitivities). With ``scales`` (public, > 0), query q is answered as ``c_q q`` in the
+        one release (its sensitivity times ``c_q``) and divided back, so its noise sd is
+        ``sigma / c_q``. Returns one noisy answer vector per query (averages, not counts, not
+        clipped).
         """
         ...
 

@@ -50,6 +50,7 @@ from dpql.plan.ir import (
     Query,
     Requirement,
     TruePred,
+    joint_l2_sensitivity,
     pred_columns,
 )
 from dpql.privacy.budget import split_rho
@@ -105,7 +106,7 @@ class RequirementMeasures:
         for rel, rho_g in zip(releases, release_rhos(releases, rho), strict=True):
             if rho_g <= 0 or not rel.cells:
                 continue
-            l2 = math.sqrt(math.fsum(self.queries[i].sensitivity(n).l2 ** 2 for i in rel.cells))
+            l2 = joint_l2_sensitivity([self.queries[i] for i in rel.cells], n)
             precision[list(rel.cells)] += gaussian_sigma(l2, rho_g) ** -2
         with np.errstate(divide="ignore"):
             return 1.0 / np.sqrt(precision)
@@ -351,6 +352,106 @@ def value_sd(
 
     sigmas = [0.0 if isinstance(p, float) else sd(p) for p in parts]
     return span * delta_method_sd(fn, [_lookup(answers, p) for p in parts], sigmas)
+
+
+ALLOCATION_SWEEPS = 200  # fixed-point iterations of allocation_scales (a few dozen suffice)
+ALLOCATION_FLOOR = 1e-4  # smallest precision share of a cell, relative to the mean
+
+
+def _value_gradient(
+    req: Requirement, answers: Mapping[Query, float], domain: Domain
+) -> dict[Query, float]:
+    """d value / d measure of a moment requirement at ``answers`` (original units; a query that
+    is several parts, e.g. ``E x^2 = E x`` of a binary column, sums its parts' derivatives)."""
+    parts, fn, span = _parts_and_fn(req, domain)
+    grad = _gradient(fn, [_lookup(answers, p) for p in parts])
+    out: dict[Query, float] = {}
+    for p, g in zip(parts, grad, strict=True):
+        if not isinstance(p, float) and math.isfinite(g):
+            out[p] = out.get(p, 0.0) + span * float(g)
+    return out
+
+
+def allocation_scales(
+    measures: RequirementMeasures,
+    requirements: Sequence[Requirement],
+    answers: Mapping[Query, float],
+    domain: Domain,
+) -> tuple[np.ndarray, ...]:
+    """Scales that spread each release's noise over its measures, one array per release
+    (aligned with ``release.cells``), for ``dpql.synth.iproj.measure``: measure k of release g
+    gets sd ``sigma_g / c_k`` there (spec/language.md 5.3).
+
+    In each release, cells that a model requirement of the release uses, or that no moment
+    requirement uses, keep ``c = 1``: a model has no delta-method objective. The other cells
+    ("free") share the rest with ``sum c_k^2 = |free|``, which keeps the release's L2
+    sensitivity, hence ``sigma_g`` and its rho, unchanged. They minimise ``sum_r sd_r / t_r``
+    over the corr / mean / count requirements ``r`` whose cells the release holds, where
+    ``sd_r^2 = sum_k g_rk^2 sigma_g^2 / c_k^2`` is the delta-method variance of the
+    requirement's value (``g_rk`` its derivative in measure k at ``answers``) and ``t_r`` its
+    tolerance. Stationarity gives ``c_k^2 ∝ sqrt(sum_r g_rk^2 / (sd_r t_r))``, iterated to a
+    fixed point; a cell's share is floored at ``ALLOCATION_FLOOR`` of the mean.
+
+    ``answers`` must be public: the moments of the synthetic table being post-processed.
+    Benchmark (``benchmarks/iproj/RESULTS.md``, Table 1 protocol): lower correlation error than
+    equal noise on every generator seed.
+    """
+    pairs = list(zip(requirements, measures.index, strict=True))
+    return tuple(
+        _release_scales(
+            rel.cells,
+            [(r, c) for r, c in pairs if c and set(c) <= set(rel.cells)],
+            measures.queries,
+            answers,
+            domain,
+        )
+        for rel in measures.releases
+    )
+
+
+def _release_scales(
+    cells: tuple[int, ...],
+    inside: list[tuple[Requirement, tuple[int, ...]]],
+    queries: tuple[Query, ...],
+    answers: Mapping[Query, float],
+    domain: Domain,
+) -> np.ndarray:
+    """:func:`allocation_scales` of one release holding ``cells`` and the requirements
+    ``inside`` it: the fixed point of ``c_k^2 ∝ sqrt(sum_r g_rk^2 / (sd_r t_r))``."""
+    scales = np.ones(len(cells))
+    reqs = [r for r, _ in inside if not isinstance(r, ModelRequirement)]
+    fixed_cells = {k for r, c in inside if isinstance(r, ModelRequirement) for k in c}
+    free = sorted({k for r, c in inside if not isinstance(r, ModelRequirement) for k in c})
+    free = [k for k in free if k not in fixed_cells]
+    if len(free) < 2:
+        return scales
+    col = {queries[k]: i for i, k in enumerate(free)}
+    # rows: requirements; columns: free cells. The fixed cells' share of each variance apart.
+    G2 = np.zeros((len(reqs), len(free)))
+    fixed = np.zeros(len(reqs))
+    for i, r in enumerate(reqs):
+        for q, g in _value_gradient(r, answers, domain).items():
+            if q in col:
+                G2[i, col[q]] += g * g
+            else:
+                fixed[i] += g * g
+    if not G2.any():
+        return scales
+    tol = np.array([r.tolerance.within or 1.0 for r in reqs])
+    p = np.ones(len(free))  # c_k^2
+    for _ in range(ALLOCATION_SWEEPS):
+        sd = np.sqrt(fixed + G2 @ (1 / p))
+        live = sd > 0
+        new = np.sqrt(G2[live].T @ (1 / (sd[live] * tol[live])))
+        new = np.maximum(new / new.mean(), ALLOCATION_FLOOR)
+        new *= len(free) / new.sum()
+        done = np.max(np.abs(new - p)) <= 1e-12 * np.max(p)
+        p = new
+        if done:
+            break
+    where = {k: i for i, k in enumerate(cells)}
+    scales[[where[k] for k in free]] = np.sqrt(p)
+    return scales
 
 
 def uniform_prior_probability(pred: Pred, domain: Domain, rows: int = 1 << 15) -> float:

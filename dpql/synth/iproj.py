@@ -45,7 +45,7 @@ import numpy as np
 from dpql.diagnostics import Diagnostic, DiagnosticError
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.exact import per_row
-from dpql.plan.ir import Query
+from dpql.plan.ir import Query, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import Release, release_rhos
 from dpql.privacy.mechanisms import gaussian_sigma
@@ -81,11 +81,6 @@ class Measurement:
         object.__setattr__(self, "sigma", sigma.copy())
 
 
-def joint_l2_sensitivity(queries: Sequence[Query], n: int) -> float:
-    """L2 sensitivity of the concatenated answers (sqrt(K)/n for K scalar queries)."""
-    return math.sqrt(math.fsum(q.sensitivity(n).l2 ** 2 for q in queries))
-
-
 def measure(
     queries: Sequence[Query],
     oracle: MeasurementOracle,
@@ -93,6 +88,7 @@ def measure(
     *,
     label: str,
     releases: Sequence[Release] = (),
+    scales: Sequence[np.ndarray] | None = None,
 ) -> Measurement:
     """Gaussian releases of the measures spending ``rho``-zCDP in all.
 
@@ -100,24 +96,35 @@ def measure(
     them: release ``g`` answers the scalar queries ``cells`` at ``share * rho`` (the shares sum
     to 1, so by zCDP composition the total is ``rho``); a query answered by several releases
     gets their inverse-variance average (post-processing). Each release is one ledger event.
+    ``scales`` (one array per release, aligned with its cells; public, > 0, from
+    ``requirements.allocation_scales``) spread a release's noise unevenly: release ``g``
+    answers ``c_k q_k`` with sigma_g for L2 sensitivity ``sqrt(sum_k c_k^2 Delta_k^2)``, so
+    measure ``k`` gets sd ``sigma_g / c_k`` from it.
     """
     queries = tuple(queries)
     if not releases:
+        if scales is not None:
+            raise ValueError("scales need releases")
         answers = oracle.measure(list(queries), rho, phase=PHASE, label=label)
         noisy = np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in answers])
         sigma = gaussian_sigma(joint_l2_sensitivity(queries, oracle.n), rho)
         return Measurement(queries, noisy, np.full(noisy.shape, sigma), rho, oracle.n)
     if sum((r.share for r in releases), Fraction(0)) != 1:
         raise ValueError("release shares must sum to 1")
+    if scales is not None and [len(c) for c in scales] != [len(r.cells) for r in releases]:
+        raise ValueError("scales need one array per release, one number per cell")
     total = np.zeros(len(queries))  # sum of answer / sigma^2
     precision = np.zeros(len(queries))
     for i, (rel, rho_g) in enumerate(zip(releases, release_rhos(releases, rho), strict=True)):
         part = [queries[c] for c in rel.cells]
-        ans = oracle.measure(part, rho_g, phase=PHASE, label=f"{label} ({i + 1}/{len(releases)})")
+        name = label if len(releases) == 1 else f"{label} ({i + 1}/{len(releases)})"
+        c = np.ones(len(part)) if scales is None else np.asarray(scales[i], dtype=np.float64)
+        kw = {} if scales is None else {"scales": c.tolist()}
+        ans = oracle.measure(part, rho_g, phase=PHASE, label=name, **kw)
         if any(np.size(a) != 1 for a in ans):
             raise ValueError("separate releases need scalar queries")
         y = np.array([float(np.ravel(a)[0]) for a in ans])
-        s = gaussian_sigma(joint_l2_sensitivity(part, oracle.n), rho_g)
+        s = gaussian_sigma(joint_l2_sensitivity(part, oracle.n, c.tolist()), rho_g) / c
         total[list(rel.cells)] += y / s**2
         precision[list(rel.cells)] += 1 / s**2
     if not (precision > 0).all():

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from fractions import Fraction
 
-from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
+from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query, joint_l2_sensitivity
 from dpql.privacy.budget import split_rho
 
 Progress = Callable[[str, int, int], None]
@@ -184,5 +184,4 @@ def plan_rap(
 
 def release_sigma(queries: Sequence[Query], rho: float, n: int) -> float:
     """Per-cell noise std of one Gaussian release of ``queries`` (as the oracle calibrates it)."""
-    l2 = math.sqrt(sum(q.sensitivity(n).l2 ** 2 for q in queries))
-    return l2 / math.sqrt(2 * rho)
+    return joint_l2_sensitivity(queries, n) / math.sqrt(2 * rho)

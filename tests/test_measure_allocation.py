@@ -1,0 +1,135 @@
+"""Noise spread over the post-processing measures (``requirements.allocation_scales``) and the
+scaled Gaussian release that carries it (``PrivateMeasurer.measure(scales=...)``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_iproj_support import DOMAIN, ExactOracle, make_table
+
+from dpql.plan.exact import answer_all
+from dpql.plan.ir import (
+    CorrRequirement,
+    CountRequirement,
+    MeanRequirement,
+    ModelRequirement,
+    NumCmp,
+    Tolerance,
+    TruePred,
+    joint_l2_sensitivity,
+)
+from dpql.plan.requirements import allocation_scales, expand_requirements, value_sd
+from dpql.privacy.mechanisms import gaussian_sigma
+from dpql.synth import iproj
+
+REAL = make_table(4000, seed=1)
+SYN = make_table(3000, seed=2, shift=0.4)
+TOL = Tolerance(within=0.05)
+
+
+def _answers(measures, table):
+    return measures.answer_map(np.concatenate(answer_all(measures.queries, table)))
+
+
+def _objective(reqs, measures, answers, scales) -> float:
+    """sum_r sd_r / t_r with measure k at sd 1 / c_k (the quantity the allocation minimises)."""
+    sigma = dict(zip(measures.queries, 1 / scales, strict=True))
+    return sum(value_sd(r, answers, sigma, DOMAIN) / r.tolerance.within for r in reqs)
+
+
+def test_scaled_release_has_the_scaled_sensitivity_and_per_query_noise() -> None:
+    queries = expand_requirements([CorrRequirement("age", "hours", TOL)], DOMAIN).queries[:2]
+    oracle, c, rho, draws = ExactOracle(REAL, seed=3), np.array([1.0, 4.0]), 0.5, 4000
+    exact = np.concatenate(answer_all(queries, REAL))
+    noise = np.array(
+        [
+            np.concatenate(oracle.measure(queries, rho, phase="p", label="x", scales=c)) - exact
+            for _ in range(draws)
+        ]
+    )
+    event = oracle.ledger.events[0]
+    assert event.l2_sensitivity == pytest.approx(math.sqrt(1 + 16) / REAL.n)
+    assert event.rho == rho and len(oracle.ledger.events) == draws
+    sd = gaussian_sigma(event.l2_sensitivity, rho) / c
+    # the sample sd of N draws has relative standard error 1 / sqrt(2 (N - 1)); allow 5 of them
+    assert np.abs(noise.std(axis=0, ddof=1) / sd - 1).max() < 5 / math.sqrt(2 * (draws - 1))
+    assert np.abs(noise.mean(axis=0) / sd).max() < 5 / math.sqrt(draws)
+    with pytest.raises(Exception, match="scales"):
+        oracle.measure(queries, rho, phase="p", label="x", scales=[1.0, 0.0])
+
+
+def test_allocation_keeps_model_cells_and_the_release_sensitivity() -> None:
+    logit = ModelRequirement("logistic", "income", ("age", "job"), TOL)
+    reqs = [logit, CorrRequirement("age", "hours", TOL), MeanRequirement("x", TruePred(), TOL)]
+    m = expand_requirements(reqs, DOMAIN)
+    (c,) = allocation_scales(m, reqs, _answers(m, SYN), DOMAIN)
+    model = set(m.index[0])
+    free = [k for k in range(len(m.queries)) if k not in model]
+    assert (c[list(model)] == 1).all()
+    assert np.sum(c[free] ** 2) == pytest.approx(len(free))  # the release's sigma is unchanged
+    assert joint_l2_sensitivity(m.queries, REAL.n, c) == pytest.approx(
+        joint_l2_sensitivity(m.queries, REAL.n)
+    )
+    assert np.ptp(c[free]) > 0.1  # the corr's and the mean's cells do not need equal noise
+
+
+def test_allocation_minimises_the_summed_relative_sd() -> None:
+    reqs = [
+        CorrRequirement("age", "hours", TOL),
+        CorrRequirement("age", "x", Tolerance(within=0.2)),
+        CountRequirement(NumCmp("age", ">=", 0.65), Tolerance(within=0.01)),
+    ]
+    m = expand_requirements(reqs, DOMAIN)
+    at = _answers(m, SYN)
+    (c,) = allocation_scales(m, reqs, at, DOMAIN)
+    best = _objective(reqs, m, at, c)
+    uniform = _objective(reqs, m, at, np.ones_like(c))
+    assert best < 0.95 * uniform
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # a stationary point: no nearby spread of the same budget does better
+        p = c**2 * np.exp(0.05 * rng.normal(size=c.size))
+        p *= c.size / p.sum()
+        assert _objective(reqs, m, at, np.sqrt(p)) >= best * (1 - 1e-9)
+
+
+def test_symmetric_requirements_get_equal_noise() -> None:
+    a = CountRequirement(NumCmp("age", ">=", 0.5), TOL)
+    b = CountRequirement(NumCmp("hours", ">=", 0.5), TOL)
+    m = expand_requirements([a, b], DOMAIN)
+    (c,) = allocation_scales(m, [a, b], {q: 0.3 for q in m.queries}, DOMAIN)
+    assert c == pytest.approx([1.0, 1.0])
+
+
+def test_measure_with_scales_reports_each_cells_sd_and_spends_the_same_rho() -> None:
+    reqs = [CorrRequirement("age", "hours", TOL), CorrRequirement("hours", "x", TOL)]
+    m = expand_requirements(reqs, DOMAIN)
+    (c,) = allocation_scales(m, reqs, _answers(m, SYN), DOMAIN)
+    oracle = ExactOracle(REAL, seed=5)
+    out = iproj.measure(m.queries, oracle, 0.3, label="r", releases=m.releases, scales=[c])
+    (event,) = oracle.ledger.events
+    assert event.rho == 0.3 and event.label == "r"
+    sigma = gaussian_sigma(joint_l2_sensitivity(m.queries, REAL.n, c), 0.3)
+    assert out.sigma == pytest.approx(sigma / c)
+    assert sigma == pytest.approx(gaussian_sigma(joint_l2_sensitivity(m.queries, REAL.n), 0.3))
+
+
+def test_a_weighted_release_is_spread_where_only_another_release_holds_a_model() -> None:
+    logit = ModelRequirement("logistic", "income", ("age", "hours"), TOL, weight=1.0)
+    corr = CorrRequirement("age", "hours", TOL, weight=1.0)
+    m = expand_requirements([logit, corr], DOMAIN)
+    c_logit, c_corr = allocation_scales(m, [logit, corr], _answers(m, SYN), DOMAIN)
+    assert set(m.index[1]) < set(m.index[0])  # the logistic's release holds the corr's moments
+    assert (c_logit == 1).all()  # ... and keeps equal noise there, for the model
+    assert np.sum(c_corr**2) == pytest.approx(len(c_corr)) and np.ptp(c_corr) > 0.1
+    oracle = ExactOracle(REAL, seed=6)
+    out = iproj.measure(
+        m.queries, oracle, 0.4, label="r", releases=m.releases, scales=(c_logit, c_corr)
+    )
+    assert [e.rho for e in oracle.ledger.events] == pytest.approx([0.2, 0.2])
+    s_logit = gaussian_sigma(joint_l2_sensitivity(m.queries, REAL.n), 0.2)
+    part = [m.queries[k] for k in m.index[1]]
+    s_corr = gaussian_sigma(joint_l2_sensitivity(part, REAL.n), 0.2) / c_corr
+    combined = (s_logit**-2 + s_corr**-2) ** -0.5  # the inverse-variance average of both
+    assert out.sigma[list(m.index[1])] == pytest.approx(combined)
