@@ -851,7 +851,7 @@ def run_postprocess(
 
     tick(0)
     measures = plan.measures
-    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
         synthetic = np.nanmean(features(measures.queries, table), axis=0)
     # The synthetic table is public (the generator's DP output, or the external table with its

@@ -119,8 +119,8 @@ def measure(
         part = [queries[c] for c in rel.cells]
         name = label if len(releases) == 1 else f"{label} ({i + 1}/{len(releases)})"
         c = np.ones(len(part)) if scales is None else np.asarray(scales[i], dtype=np.float64)
-        kw = {} if scales is None else {"scales": c.tolist()}
-        ans = oracle.measure(part, rho_g, phase=PHASE, label=name, **kw)
+        spread = None if scales is None else c.tolist()
+        ans = oracle.measure(part, rho_g, phase=PHASE, label=name, scales=spread)
         if any(np.size(a) != 1 for a in ans):
             raise ValueError("separate releases need scalar queries")
         y = np.array([float(np.ravel(a)[0]) for a in ans])
