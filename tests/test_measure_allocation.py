@@ -20,7 +20,12 @@ from dpql.plan.ir import (
     TruePred,
     joint_l2_sensitivity,
 )
-from dpql.plan.requirements import allocation_scales, expand_requirements, value_sd
+from dpql.plan.requirements import (
+    ALLOCATION_FLOOR,
+    allocation_scales,
+    expand_requirements,
+    value_sd,
+)
 from dpql.privacy.mechanisms import gaussian_sigma
 from dpql.synth import iproj
 
@@ -133,3 +138,23 @@ def test_a_weighted_release_is_spread_where_only_another_release_holds_a_model()
     s_corr = gaussian_sigma(joint_l2_sensitivity(part, REAL.n), 0.2) / c_corr
     combined = (s_logit**-2 + s_corr**-2) ** -0.5  # the inverse-variance average of both
     assert out.sigma[list(m.index[1])] == pytest.approx(combined)
+
+
+def test_a_measure_the_requirements_do_not_move_still_gets_floor_precision() -> None:
+    corr = CorrRequirement("age", "hours", TOL)
+    m = expand_requirements([corr], DOMAIN)
+    # uncorrelated on the synthetic table: the correlation does not move with E age^2, E hours^2
+    mom = {"age": (0.5, 0.35), "hours": (0.4, 0.25)}
+    at = {}
+    for q in m.queries:
+        cols = q.columns
+        if len(cols) == 2 and cols[0] != cols[1]:
+            at[q] = mom[cols[0]][0] * mom[cols[1]][0]
+        elif len(cols) == 2:
+            at[q] = mom[cols[0]][1]
+        else:
+            at[q] = mom[cols[0]][0]
+    (c,) = allocation_scales(m, [corr], at, DOMAIN)
+    p = c**2
+    assert p.min() >= 0.9 * ALLOCATION_FLOOR and p.min() <= 1.1 * ALLOCATION_FLOOR
+    assert np.sum(p) == pytest.approx(len(p))
