@@ -13,7 +13,9 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 
 * ``measure``: the concatenated answer vector has L2 sensitivity
   ``sqrt(sum_q Delta_2(q)^2)`` (sqrt(2)/n per vector query, 1/n per scalar one), and the
-  Gaussian mechanism at that sensitivity is rho-zCDP (rap_pp.md §4.1 Def. 8, Lemma 1);
+  Gaussian mechanism at that sensitivity is rho-zCDP (rap_pp.md §4.1 Def. 8, Lemma 1). With
+  public scales ``c_q > 0`` the vector released is ``(c_q a_q(D))_q``, of sensitivity
+  ``sqrt(sum_q (c_q Delta_2(q))^2)``; dividing by ``c_q`` afterwards is post-processing;
 * ``select``: the score ``||a_q(D) - s_q||_1 - penalty_q`` changes by at most ``Delta_1(q)``
   (2/n for vector queries, 1/n for scalar ones) by the triangle inequality, since ``s_q`` and
   the penalty are fixed given past outputs; Gumbel top-k is calibrated to the largest of these
