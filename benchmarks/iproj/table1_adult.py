@@ -368,8 +368,9 @@ def run(
             else:
                 oracle = Oracle(real, seed + 2000 + 100 * d)
                 label = f"moments ({name})"
-                kw = {} if scales is None else {"scales": scales}
-                m = iproj.measure(queries, oracle, rho1, label=label, releases=releases, **kw)
+                m = iproj.measure(
+                    queries, oracle, rho1, label=label, releases=releases, scales=scales
+                )
                 assert oracle.ledger.total_rho() <= rho1
             t = time.perf_counter()
             post = iproj.iproject(base1, m, seed=seed + 100 * d)

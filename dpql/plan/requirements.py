@@ -72,6 +72,11 @@ class Release:
     share: Fraction
 
 
+def joint_release(k: int) -> Release:
+    """One release of all ``k`` measures with the whole budget (the paper's setting)."""
+    return Release(tuple(range(k)), Fraction(1))
+
+
 def release_rhos(releases: Sequence[Release], rho: float) -> list[float]:
     """The rho of each release when they spend ``rho`` in all: exact shares through
     ``split_rho``, so the parts never sum above ``rho``. The planner, the measurement and the
@@ -102,7 +107,7 @@ class RequirementMeasures:
         several releases is their inverse-variance average: ``(sum_g sigma_g^-2)^(-1/2)``.
         """
         precision = np.zeros(len(self.queries))
-        releases = self.releases or (Release(tuple(range(len(self.queries))), Fraction(1)),)
+        releases = self.releases or (joint_release(len(self.queries)),)
         for rel, rho_g in zip(releases, release_rhos(releases, rho), strict=True):
             if rho_g <= 0 or not rel.cells:
                 continue
@@ -241,7 +246,7 @@ def expand_requirements(reqs: Sequence[Requirement], domain: Domain) -> Requirem
         index.append(tuple(pos.setdefault(q, len(pos)) for q in requirement_queries(r, domain)))
     weights = [r.weight for r in reqs]
     if any(w is None for w in weights):  # the resolver allows all or none
-        releases = (Release(tuple(range(len(pos))), Fraction(1)),)
+        releases = (joint_release(len(pos)),)
     else:
         # A requirement with no measured query (all parts constant) spends nothing.
         used = [(c, Fraction(w)) for c, w in zip(index, weights, strict=True) if c and w]
@@ -423,9 +428,8 @@ def _release_scales(
     ``inside`` it: the fixed point of ``c_k^2 ∝ sqrt(sum_r g_rk^2 / (sd_r t_r))``."""
     scales = np.ones(len(cells))
     reqs = [r for r, _ in inside if not isinstance(r, ModelRequirement)]
-    fixed_cells = {k for r, c in inside if isinstance(r, ModelRequirement) for k in c}
-    free = sorted({k for r, c in inside if not isinstance(r, ModelRequirement) for k in c})
-    free = [k for k in free if k not in fixed_cells]
+    model = {k for r, c in inside if isinstance(r, ModelRequirement) for k in c}
+    free = sorted({k for r, c in inside if not isinstance(r, ModelRequirement) for k in c} - model)
     if len(free) < 2:
         return scales
     col = {queries[k]: i for i, k in enumerate(free)}

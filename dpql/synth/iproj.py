@@ -47,7 +47,7 @@ from dpql.domain import Domain, EncodedTable
 from dpql.plan.exact import per_row
 from dpql.plan.ir import Query, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
-from dpql.plan.requirements import Release, release_rhos
+from dpql.plan.requirements import Release, joint_release, release_rhos
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
@@ -92,9 +92,9 @@ def measure(
 ) -> Measurement:
     """Gaussian releases of the measures spending ``rho``-zCDP in all.
 
-    Without ``releases``: one release of every measure (sigma = Delta_2 / sqrt(2 rho)). With
-    them: release ``g`` answers the scalar queries ``cells`` at ``share * rho`` (the shares sum
-    to 1, so by zCDP composition the total is ``rho``); a query answered by several releases
+    Release ``g`` answers the scalar queries ``cells`` at ``share * rho`` (the shares sum to 1,
+    so by zCDP composition the total is ``rho``); without ``releases``, one release of every
+    measure (sigma = Delta_2 / sqrt(2 rho), the paper). A query answered by several releases
     gets their inverse-variance average (post-processing). Each release is one ledger event.
     ``scales`` (one array per release, aligned with its cells; public, > 0, from
     ``requirements.allocation_scales``) spread a release's noise unevenly: release ``g``
@@ -102,13 +102,7 @@ def measure(
     measure ``k`` gets sd ``sigma_g / c_k`` from it.
     """
     queries = tuple(queries)
-    if not releases:
-        if scales is not None:
-            raise ValueError("scales need releases")
-        answers = oracle.measure(list(queries), rho, phase=PHASE, label=label)
-        noisy = np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in answers])
-        sigma = gaussian_sigma(joint_l2_sensitivity(queries, oracle.n), rho)
-        return Measurement(queries, noisy, np.full(noisy.shape, sigma), rho, oracle.n)
+    releases = tuple(releases) or (joint_release(len(queries)),)
     if sum((r.share for r in releases), Fraction(0)) != 1:
         raise ValueError("release shares must sum to 1")
     if scales is not None and [len(c) for c in scales] != [len(r.cells) for r in releases]:
