@@ -3,8 +3,9 @@
 Model requirements (``logistic(y ~ x...)``, ``linear(y ~ x...)``): the model is fitted on the
 final *synthetic* table (sklearn; post-processing), then its metric on the *real* table is
 measured through the oracle in ONE Gaussian release of all the release's tests: T scalar
-queries with values in [0, 1] (sensitivity 1/n each, replace-one), ``sigma = sqrt(T)/n /
-sqrt(2 rho)`` (phase ``accept``). Per metric (``spec/language.md`` sec. 5):
+queries with values in [0, 1] (sensitivity 1/n each, replace-one; a label's centred square,
+when it is not reused, 1/(4n)), ``sigma = Delta_2 / sqrt(2 rho)`` with ``Delta_2 = sqrt(T)/n``
+for T queries of 1/n (phase ``accept``). Per metric (``spec/language.md`` sec. 5):
 
 * ``accuracy`` (logistic ``within`` compares it): ``1{pred = y}`` (a
   :class:`~dpql.plan.ir.ModelAccuracy`); the value is its mean.
@@ -12,8 +13,9 @@ sqrt(2 rho)`` (phase ``accept``). Per metric (``spec/language.md`` sec. 5):
   ``1{pred = y = positive}``; ``F1 = 2 TP / (1 + 2 TP - acc)``, which is ``2 TP / (2 TP + FP +
   FN)`` because ``FP + FN = 1 - acc``.
 * ``rmse``: ``(u_y - clip(pred, 0, 1))^2``; ``span * sqrt(mse)`` in the label's units.
-* ``r2`` (linear ``within`` compares it): the squared error; ``E u_y`` and ``E u_y^2`` are
-  reused from the I-projection measurements (free); ``1 - mse / (E u_y^2 - (E u_y)^2)``.
+* ``r2`` (linear ``within`` compares it): the squared error; ``E u_y`` and the centred
+  ``E(u_y - 1/2)^2`` are reused from the I-projection measurements (free);
+  ``1 - mse / (E(u_y - 1/2)^2 - (E u_y - 1/2)^2)``.
 * ``auc``: not testable (``E505`` at plan time), see below.
 
 AUC is a pairwise statistic (the fraction of (positive, negative) row pairs the model orders
@@ -58,22 +60,27 @@ from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import Domain, EncodedTable, NumericColumn
 from dpql.plan.exact import answer_all, design_matrix
 from dpql.plan.ir import (
+    CentredProduct,
     ModelAccuracy,
     ModelRequirement,
     Moment,
     Query,
     Requirement,
     Tolerance,
+    joint_l2_sensitivity,
 )
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import (
+    VARIANCE_RTOL,
     allocation_scales,
     delta_method_sd,
     predicted_error,
+    product_query,
     requirement_queries,
     requirement_value,
     value_sd,
 )
+from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:  # jax stays out of plan-time imports
     from dpql.synth.iproj import IProjResult
@@ -146,12 +153,12 @@ def acceptance_queries(req: Requirement) -> int:
 
 # Uniform-prior planning values of each metric's parts (labels uniform, a model no better than
 # chance): accuracy 1/2, TP 1/4; u_y ~ U[0, 1] predicted by 1/2: mse = Var = 1/12, E u = 1/2,
-# E u^2 = 1/3 (R^2 = 0).
+# E(u - 1/2)^2 = 1/12 (R^2 = 0).
 _PRIOR_PARTS: dict[str, tuple[float, ...]] = {
     "accuracy": (0.5,),
     "f1": (0.5, 0.25),
     "rmse": (1 / 12,),
-    "r2": (1 / 12, 0.5, 1 / 3),
+    "r2": (1 / 12, 0.5, 1 / 12),
 }
 
 
@@ -167,9 +174,10 @@ def metric_value(metric: str, parts: Sequence[float], span: float = 1.0) -> floa
         d = 1.0 + 2.0 * tp - acc
         return float(2.0 * tp / d) if d > 0 else math.nan
     if metric == "r2":
-        mse, mean, square = parts
-        var = square - mean * mean
-        return float(1.0 - mse / var) if var > 0 else math.nan
+        mse, mean, centred_square = parts  # E(u - 1/2)^2 - (E u - 1/2)^2 = Var u
+        var = centred_square - (mean - 0.5) ** 2
+        # below VARIANCE_RTOL of E(u - 1/2)^2 the "variance" of a constant label is rounding
+        return float(1.0 - mse / var) if var > VARIANCE_RTOL * abs(centred_square) else math.nan
     raise ValueError(f"no DP test for metric {metric!r}")
 
 
@@ -355,9 +363,11 @@ def true_positive_query(q: ModelAccuracy) -> ModelAccuracy:
     )
 
 
-def label_moments(req: ModelRequirement) -> tuple[Moment, Moment]:
-    """``E u_y`` and ``E u_y^2`` of a linear requirement's label (its I-projection measures)."""
-    return Moment((req.label,)), Moment((req.label, req.label))
+def label_moments(req: ModelRequirement) -> tuple[Moment, CentredProduct]:
+    """``E u_y`` and ``E(u_y - 1/2)^2`` of a linear requirement's label (its I-projection
+    measures, ``dpql.plan.requirements``)."""
+    label = (req.label, None)
+    return Moment((req.label,)), CentredProduct(label, label)
 
 
 @dataclass(frozen=True, eq=False)
@@ -502,8 +512,11 @@ def excess_risk_bound(
 ) -> RiskBound | None:
     """Certified bound from the requirement's measured moments (excess_risk.md sec. 11.2-11.3).
 
-    rho = max over the requirement's moments of |noisy - synthetic| + sigma sqrt(2 ln(2K/beta))
-    (a public fit gap plus a Gaussian tail bound, union over the K released measures). With
+    rho = max over the requirement's raw moments ``E f``, ``E fg`` of the deviation
+    |noisy - synthetic| + sigma sqrt(2 ln(2K/beta)) (a public fit gap plus a Gaussian tail
+    bound, union over the K released measures). The second moments are measured centred
+    (``dpql.plan.requirements``); since ``E fg = E f'g' + (E f + E g)/2 - 1/4``, the raw
+    deviation is at most the centred one plus half the two first moments'. With
     ``A = ||(theta, b)||_1`` in moment coordinates and ``a`` the largest |margin| on the domain:
 
     * linear (squared loss, quadratic in the moments, exact): ``2 rho (1 + A)^2``;
@@ -521,8 +534,16 @@ def excess_risk_bound(
     if any(i is None or evidence.noisy.shape[0] != len(evidence.queries) for i in idx):
         return None
     k = len(evidence.queries)
-    tail = evidence.sigma[idx] * math.sqrt(2 * math.log(2 * k / beta))  # per measure
-    rho = float(np.max(np.abs(evidence.noisy[idx] - evidence.after[idx]) + tail))
+    tail = evidence.sigma * math.sqrt(2 * math.log(2 * k / beta))  # per measure
+    dev = np.abs(evidence.noisy - evidence.after) + tail
+
+    def raw_deviation(qq: Query) -> float:
+        if not isinstance(qq, CentredProduct):
+            return float(dev[pos[qq]])
+        firsts = (pos[product_query([f])] for f in (qq.left, qq.right))
+        return float(dev[pos[qq]] + 0.5 * sum(dev[i] for i in firsts))
+
+    rho = max(raw_deviation(qq) for qq in requirement_queries(req, domain))
     theta, b, a = _margin(q, domain, 1 if req.model == "logistic" else 0)
     big_a = float(np.abs(theta).sum() + abs(b))
     if req.model == "linear":
@@ -569,7 +590,7 @@ def accept_models(
     queries = [q for t in tests for q in t.measured]
     label = "; ".join(r.text or f"{r.model}({r.label})" for r in reqs)
     real = [float(np.ravel(v)[0]) for v in oracle.measure(queries, rho, phase=PHASE, label=label)]
-    sigma = (math.sqrt(len(queries)) / oracle.n) / math.sqrt(2 * rho)
+    sigma = gaussian_sigma(joint_l2_sensitivity(queries, oracle.n), rho)
     out, i = [], 0
     for t in tests:
         measured = real[i : i + len(t.measured)]

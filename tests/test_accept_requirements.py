@@ -150,7 +150,7 @@ def test_r2_reuses_the_label_moments_of_the_iproj_measurements() -> None:
     oracle = ExactOracle(REAL, seed=13)
     (res,) = accept.accept_models([within], ev.table, oracle, 5.0, evidence=ev, before=SYN)
     (event,) = oracle.ledger.events
-    assert event.count == 1  # E u and E u^2 come from the I-projection release, for free
+    assert event.count == 1  # E u and E(u - 1/2)^2 come from the I-projection release
     assert res.metric == "r2" and abs(res.real_noisy - exact) < 5 * res.sigma
     assert 0 < res.sigma < 0.05 and math.isfinite(res.synthetic_before)
     alone = ExactOracle(REAL, seed=14)
@@ -167,8 +167,10 @@ def test_metric_values_and_undefined_cases() -> None:
     acc, tp = np.mean(y == p), np.mean((y == 1) & (p == 1))
     assert accept.metric_value("f1", [acc, tp]) == pytest.approx(f1_score(y, p))
     assert math.isnan(accept.metric_value("f1", [1.0, 0.0]))  # no positive row, none predicted
-    assert accept.metric_value("r2", [1 / 12, 0.5, 1 / 3]) == pytest.approx(0.0)
-    assert math.isnan(accept.metric_value("r2", [0.01, 0.5, 0.25]))  # constant label
+    # parts: mse, E u, E(u - 1/2)^2; u ~ U[0, 1] predicted by its mean has R^2 = 0
+    assert accept.metric_value("r2", [1 / 12, 0.5, 1 / 12]) == pytest.approx(0.0)
+    assert accept.metric_value("r2", [1 / 24, 0.5, 1 / 12]) == pytest.approx(0.5)
+    assert math.isnan(accept.metric_value("r2", [0.01, 0.7, 0.04]))  # constant label at 0.7
     assert accept.metric_value("rmse", [0.25], span=10.0) == pytest.approx(5.0)
     with pytest.raises(ValueError):
         accept.metric_value("auc", [0.5])

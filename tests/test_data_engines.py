@@ -26,6 +26,7 @@ from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
 from dpql.plan.ir import (
     And,
     CatIn,
+    CentredProduct,
     Count,
     Halfspace,
     Marginal,
@@ -137,6 +138,13 @@ def random_queries(domain: Domain, rng: np.random.Generator) -> list[Query]:
         qs.append(Count(random_pred(domain, rng)))
         m = tuple(str(c) for c in rng.choice(num, size=int(rng.integers(0, 3)), replace=True))
         qs.append(Moment(m, random_pred(domain, rng)))
+    # centred second moments of numeric values and indicators (requirement measures)
+    factors = [(c, None) for c in num]
+    factors += [(c.name, k) for c in domain.categorical for k in range(c.card)]
+    for _ in range(4):
+        f, g = (factors[i] for i in rng.choice(len(factors), size=2))
+        if f[0] != g[0] or f[1] is None:
+            qs.append(CentredProduct(f, g))
     return qs
 
 
@@ -212,7 +220,7 @@ def test_engines_agree_on_random_tables_and_queries(
 ) -> None:
     """Every engine, on the table as CSV and as Parquet, returns the in-memory engine's sums:
     exactly for counts (marginals, prefixes, halfspaces, predicates, model accuracy), to 1e-12
-    (relative to n) for sums of real values (moments, squared errors)."""
+    (relative to n) for sums of real values (moments, centred products, squared errors)."""
     rng = np.random.default_rng(seed)
     domain = random_domain(rng)
     text, native = random_raw(domain, rng)
@@ -251,7 +259,7 @@ def test_engines_agree_on_random_tables_and_queries(
                 ref.clipped_high,
             ), name
             for q, a, b in zip(queries, expected, got, strict=True):
-                real = isinstance(q, Moment) or (
+                real = isinstance(q, Moment | CentredProduct) or (
                     isinstance(q, ModelAccuracy) and q.model == "linear"
                 )
                 if real:

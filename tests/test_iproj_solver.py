@@ -13,6 +13,7 @@ from dpql.domain import EncodedTable
 from dpql.plan.exact import answer, answer_all, per_row
 from dpql.plan.ir import (
     CatIn,
+    CentredProduct,
     CorrRequirement,
     Count,
     Halfspace,
@@ -159,7 +160,11 @@ def test_measure_is_one_gaussian_release_through_the_oracle() -> None:
     m = iproj.measure(QUERIES, oracle, 0.5, label="requirements")
     (event,) = oracle.ledger.events
     assert event.phase == "iproj.measure" and event.count == len(QUERIES)
-    assert event.l2_sensitivity == pytest.approx(math.sqrt(len(QUERIES)) / REAL.n)
+    # first moments 1/n, centred products 1/(2n), centred squares 1/(4n)
+    widths = [
+        (0.25 if q.square else 0.5) if isinstance(q, CentredProduct) else 1.0 for q in QUERIES
+    ]
+    assert event.l2_sensitivity == pytest.approx(math.sqrt(sum(w * w for w in widths)) / REAL.n)
     assert m.sigma == pytest.approx(event.noise_scale)
     true = np.concatenate(answer_all(QUERIES, REAL))
     assert np.abs(m.noisy - true).max() < 5 * m.sigma.max()

@@ -11,6 +11,7 @@ from test_iproj_support import DOMAIN, ExactOracle, make_table
 
 from dpql.plan.exact import answer_all
 from dpql.plan.ir import (
+    CentredProduct,
     CorrRequirement,
     CountRequirement,
     MeanRequirement,
@@ -36,6 +37,12 @@ TOL = Tolerance(within=0.05)
 
 def _answers(measures, table):
     return measures.answer_map(np.concatenate(answer_all(measures.queries, table)))
+
+
+def _delta2(measures, cells=None) -> np.ndarray:
+    """Squared sensitivity of each measure (n = 1): the weights of the budget constraint."""
+    qs = measures.queries if cells is None else [measures.queries[k] for k in cells]
+    return np.array([q.sensitivity(1).l2 ** 2 for q in qs])
 
 
 def _objective(reqs, measures, answers, scales) -> float:
@@ -73,7 +80,8 @@ def test_allocation_keeps_model_cells_and_the_release_sensitivity() -> None:
     model = set(m.index[0])
     free = [k for k in range(len(m.queries)) if k not in model]
     assert (c[list(model)] == 1).all()
-    assert np.sum(c[free] ** 2) == pytest.approx(len(free))  # the release's sigma is unchanged
+    d2 = _delta2(m, free)
+    assert d2 @ c[free] ** 2 == pytest.approx(d2.sum())  # the release's sigma is unchanged
     assert joint_l2_sensitivity(m.queries, REAL.n, c) == pytest.approx(
         joint_l2_sensitivity(m.queries, REAL.n)
     )
@@ -89,13 +97,14 @@ def test_allocation_minimises_the_summed_relative_sd() -> None:
     m = expand_requirements(reqs, DOMAIN)
     at = _answers(m, SYN)
     (c,) = allocation_scales(m, reqs, at, DOMAIN)
+    d2 = _delta2(m)
     best = _objective(reqs, m, at, c)
     uniform = _objective(reqs, m, at, np.ones_like(c))
     assert best < 0.95 * uniform
     rng = np.random.default_rng(0)
     for _ in range(50):  # a stationary point: no nearby spread of the same budget does better
         p = c**2 * np.exp(0.05 * rng.normal(size=c.size))
-        p *= c.size / p.sum()
+        p *= d2.sum() / (d2 @ p)  # the same release sensitivity
         assert _objective(reqs, m, at, np.sqrt(p)) >= best * (1 - 1e-9)
 
 
@@ -127,7 +136,8 @@ def test_a_weighted_release_is_spread_where_only_another_release_holds_a_model()
     c_logit, c_corr = allocation_scales(m, [logit, corr], _answers(m, SYN), DOMAIN)
     assert set(m.index[1]) < set(m.index[0])  # the logistic's release holds the corr's moments
     assert (c_logit == 1).all()  # ... and keeps equal noise there, for the model
-    assert np.sum(c_corr**2) == pytest.approx(len(c_corr)) and np.ptp(c_corr) > 0.1
+    d2 = _delta2(m, m.index[1])
+    assert d2 @ c_corr**2 == pytest.approx(d2.sum()) and np.ptp(c_corr) > 0.1
     oracle = ExactOracle(REAL, seed=6)
     out = iproj.measure(
         m.queries, oracle, 0.4, label="r", releases=m.releases, scales=(c_logit, c_corr)
@@ -143,18 +153,18 @@ def test_a_weighted_release_is_spread_where_only_another_release_holds_a_model()
 def test_a_measure_the_requirements_do_not_move_still_gets_floor_precision() -> None:
     corr = CorrRequirement("age", "hours", TOL)
     m = expand_requirements([corr], DOMAIN)
-    # uncorrelated on the synthetic table: the correlation does not move with E age^2, E hours^2
-    mom = {"age": (0.5, 0.35), "hours": (0.4, 0.25)}
+    # uncorrelated on the synthetic table: the correlation does not move with the squares
+    mean = {"age": 0.5, "hours": 0.4}
+    square = {"age": 0.03, "hours": 0.05}  # E(u - 1/2)^2
     at = {}
     for q in m.queries:
-        cols = q.columns
-        if len(cols) == 2 and cols[0] != cols[1]:
-            at[q] = mom[cols[0]][0] * mom[cols[1]][0]
-        elif len(cols) == 2:
-            at[q] = mom[cols[0]][1]
+        if isinstance(q, CentredProduct) and q.square:
+            at[q] = square[q.left[0]]
+        elif isinstance(q, CentredProduct):
+            at[q] = (mean[q.left[0]] - 0.5) * (mean[q.right[0]] - 0.5)
         else:
-            at[q] = mom[cols[0]][0]
+            at[q] = mean[q.columns[0]]
     (c,) = allocation_scales(m, [corr], at, DOMAIN)
-    p = c**2
+    p, d2 = c**2, _delta2(m)
     assert p.min() >= 0.9 * ALLOCATION_FLOOR and p.min() <= 1.1 * ALLOCATION_FLOOR
-    assert np.sum(p) == pytest.approx(len(p))
+    assert d2 @ p == pytest.approx(d2.sum())

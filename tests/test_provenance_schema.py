@@ -14,7 +14,11 @@ import pytest
 from test_compile_e2e import small_release  # noqa: F401 (the fixture: a small rap release)
 
 from dpql.cli import main
+from dpql.evaluate.workload import describe_query
+from dpql.plan.ir import joint_l2_sensitivity
+from dpql.plan.planner import build_plan
 from dpql.provenance import RECORD_VERSION, record_schema, verify_record
+from dpql.spec.load import load_spec
 from dpql.spec.schema import SCHEMA_DIR
 
 SCHEMA = json.loads((SCHEMA_DIR / "provenance.schema.json").read_text(encoding="utf-8"))
@@ -81,11 +85,19 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     assert post["kkt_violation"] <= 1e-6 and post["iterations"] >= 1
     (event,) = [e for e in record["privacy"]["events"] if e["phase"] == "iproj.measure"]
     assert len(post["noise_sigma"]) == k and event["count"] == k
-    # one joint release, its noise spread over the measures (sd = release sd / c_k) with
-    # sum c_k^2 = k, so the release keeps the sensitivity and sd of equal noise
+    # one joint release of the plan's measures (planned from the spec alone), its noise spread
+    # over them (sd = release sd / c_k) with sum (c_k Delta_k)^2 = sum Delta_k^2, so the release
+    # keeps the sensitivity and sd of equal noise
+    spec = load_spec(small_release)
+    plan = build_plan(spec)
+    queries, n = plan.measures.queries, record["spec"]["data"]["rows"]
+    assert post["measures"] == [describe_query(q, spec.domain) for q in queries]
+    delta = [q.sensitivity(n).l2 for q in queries]
     scales = [event["noise_scale"] / s for s in post["noise_sigma"]]
-    assert math.isclose(math.fsum(c * c for c in scales), k, rel_tol=1e-9)
-    assert math.isclose(event["l2_sensitivity"], math.sqrt(k) / record["spec"]["data"]["rows"])
+    spread = math.fsum((c * d) ** 2 for c, d in zip(scales, delta, strict=True))
+    assert math.isclose(spread, math.fsum(d * d for d in delta), rel_tol=1e-9)
+    assert math.isclose(event["l2_sensitivity"], joint_l2_sensitivity(queries, n))
+    assert event["l2_sensitivity"] < 0.8 * math.sqrt(k) / n  # centred second moments
 
     for what, bad in _mutations(record).items():
         problems = verify_record(bad)

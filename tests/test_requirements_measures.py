@@ -10,9 +10,10 @@ from test_iproj_support import DOMAIN, make_table
 
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
-from dpql.plan.exact import answer_all
+from dpql.plan.exact import answer_all, per_row
 from dpql.plan.ir import (
     CatIn,
+    CentredProduct,
     CorrRequirement,
     Count,
     CountRequirement,
@@ -22,11 +23,13 @@ from dpql.plan.ir import (
     NumCmp,
     Tolerance,
     TruePred,
+    joint_l2_sensitivity,
 )
 from dpql.plan.requirements import (
     delta_method_sd,
     expand_requirements,
     predicted_error,
+    product_query,
     requirement_value,
     smallest_epsilon_for,
     uniform_prior_probability,
@@ -47,7 +50,8 @@ def test_corr_expands_to_five_moments_and_dedups() -> None:
     )
     assert len(rm.index[0]) == 5 and len(rm.index[1]) == 5
     assert len(rm.queries) == 8  # E age and E age^2 shared
-    assert Moment(("age", "hours")) in rm.queries and Moment(("age", "age")) in rm.queries
+    age, hours = ("age", None), ("hours", None)
+    assert CentredProduct(hours, age) in rm.queries and CentredProduct(age, age) in rm.queries
     assert all(q.cells(DOMAIN) == 1 for q in rm.queries)
 
 
@@ -55,11 +59,12 @@ def test_model_measures_are_first_and_second_moments_without_reference_levels() 
     req = ModelRequirement("logistic", "income", ("age", "sex", "job"), TOL)
     rm = expand_requirements([req], DOMAIN)
     # factors: age, sex=Male, job=b, job=c, income=>50K -> 5 first moments + 15 pairs,
-    # minus job=b*job=c (zero) and 3 indicator squares (duplicates of first moments)
+    # minus job=b*job=c (linear in the first moments) and 4 indicator squares (constant 1/4)
     assert len(rm.queries) == 5 + 15 - 1 - 4
-    assert Moment(("age",), CatIn("income", frozenset({1}))) in rm.queries
+    assert CentredProduct(("income", 1), ("age", None)) in rm.queries
     assert Count(CatIn("job", frozenset({0}))) not in rm.queries  # reference level
-    assert all(isinstance(q, Count | Moment) for q in rm.queries)
+    firsts = [q for q in rm.queries if isinstance(q, Count | Moment)]
+    assert len(firsts) == 5 and all(isinstance(q, CentredProduct) for q in rm.queries[5:])
     lin = ModelRequirement("linear", "hours", ("age", "x"), TOL)
     assert len(expand_requirements([lin], DOMAIN).queries) == 3 + 6
 
@@ -185,3 +190,40 @@ def test_constant_column_correlation_is_undefined_not_rounding_noise() -> None:
     with pytest.raises(DiagnosticError) as e:
         requirement_value(req, exact_map([req], one), DOMAIN)
     assert e.value.codes == ["E502"]
+
+
+def test_centred_products_span_the_raw_ones_and_have_the_smaller_sensitivity() -> None:
+    age, hours, male, job_b = ("age", None), ("hours", None), ("sex", 1), ("job", 1)
+    n = TABLE.n
+    for f, g in [(age, hours), (age, age), (age, male), (male, job_b), (hours, job_b)]:
+        q = CentredProduct(f, g)
+        v = per_row(q, TABLE)[:, 0]
+        width = 0.25 if f == g else 0.5
+        assert q.sensitivity(n).l2 == q.sensitivity(n).l1 == pytest.approx(width / n)
+        # every record's value, and 0 (a record outside the kept rows), lies in one interval
+        # of that width: the replace-one change of the sum is at most the width
+        lo = 0.0 if f == g else -0.25
+        assert v.min() >= lo and v.max() <= lo + width
+        # E fg = E(f - 1/2)(g - 1/2) + (E f + E g) / 2 - 1/4: the same information as the raw one
+        raw, ef, eg = (
+            float(np.mean(per_row(product_query(x), TABLE))) for x in ([f, g], [f], [g])
+        )
+        assert float(v.mean()) == pytest.approx(raw - (ef + eg) / 2 + 0.25, abs=1e-12)
+    assert CentredProduct(hours, age) == CentredProduct(age, hours)  # canonical order
+    with pytest.raises(ValueError):
+        CentredProduct(male, male)  # the constant 1/4
+    with pytest.raises(ValueError):
+        CentredProduct(job_b, ("job", 2))  # linear in the first moments
+
+
+def test_centring_cuts_the_release_sensitivity_of_first_and_second_moments() -> None:
+    cols = ("age", "hours", "x", "sex")
+    reqs = [CorrRequirement(a, b, TOL) for i, a in enumerate(cols) for b in cols[i + 1 :]]
+    rm = expand_requirements(reqs, DOMAIN)
+    k = len(rm.queries)
+    assert k == 4 + 6 + 3  # the binary column's centred square is the constant 1/4
+    # 4 first moments (1/n), 6 centred products (1/(2n)), 3 centred squares (1/(4n)); raw
+    # moments would have sqrt(k)/n
+    expected = math.sqrt(4 + 6 / 4 + 3 / 16) / TABLE.n
+    assert joint_l2_sensitivity(rm.queries, TABLE.n) == pytest.approx(expected)
+    assert expected < 0.7 * math.sqrt(k) / TABLE.n

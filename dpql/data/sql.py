@@ -34,7 +34,9 @@ from dpql.domain import CategoricalColumn, Domain, NumericColumn
 from dpql.plan.ir import (
     And,
     CatIn,
+    CentredProduct,
     Count,
+    Factor,
     Halfspace,
     Marginal,
     ModelAccuracy,
@@ -357,6 +359,15 @@ def marginal_sql(index: int, q: Marginal, domain: Domain) -> MarginalSQL:
     )
 
 
+def _factor_sql(f: Factor, domain: Domain) -> str:
+    """A factor's per-record value: the scaled column, or the indicator of its code."""
+    column, code = f
+    i = domain.names.index(column)
+    if code is None:
+        return f"u{i}"
+    return f"CASE WHEN c{i} = {code} THEN {double(1.0)} ELSE {double(0.0)} END"
+
+
 def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     """The per-record sum of a non-marginal query and the column it is split by."""
     if isinstance(q, Prefix):
@@ -379,6 +390,10 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     if isinstance(q, Moment):
         prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns) or "1.0"
         return f"SUM(CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END)", None
+    if isinstance(q, CentredProduct):
+        left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
+        half = double(0.5)
+        return f"SUM(({left} - {half}) * ({right} - {half}))", None
     raise TypeError(f"not a query: {q!r}")
 
 

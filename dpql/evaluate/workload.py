@@ -22,7 +22,9 @@ from dpql.plan.ir import (
     QUERY_KINDS,
     And,
     CatIn,
+    CentredProduct,
     Count,
+    Factor,
     Halfspace,
     Marginal,
     Moment,
@@ -94,6 +96,13 @@ def describe_pred(p: Pred, domain: Domain) -> str:
     )
 
 
+def _describe_factor(f: Factor, domain: Domain) -> str:
+    column, code = f
+    if code is None:
+        return f"u({column})"
+    return f"1{{{describe_pred(CatIn(column, frozenset({code})), domain)}}}"
+
+
 def describe_query(q: Query, domain: Domain) -> str:
     """A readable one-line description of a query (``u(x)`` is ``x`` on its [0, 1] scale)."""
     by = f" by {q.by}" if isinstance(q, Prefix | Halfspace) and q.by else ""
@@ -108,6 +117,9 @@ def describe_query(q: Query, domain: Domain) -> str:
         return f"halfspace({terms} > {q.tau:.3g}){by}"
     if isinstance(q, Count):
         return f"count({describe_pred(q.predicate, domain)})"
+    if isinstance(q, CentredProduct):
+        left, right = (_describe_factor(f, domain) for f in (q.left, q.right))
+        return f"mean(({left} - 1/2)*({right} - 1/2))"
     if not isinstance(q, Moment):  # a query class added after this function was written
         return f"{q.kind}({', '.join(query_columns(q))})"
     given = "" if isinstance(q.given, TruePred) else f" | {describe_pred(q.given, domain)}"

@@ -18,7 +18,9 @@ from dpql.domain import EncodedTable
 from dpql.plan.ir import (
     And,
     CatIn,
+    CentredProduct,
     Count,
+    Factor,
     Halfspace,
     Marginal,
     ModelAccuracy,
@@ -98,10 +100,23 @@ def _answer_sum(q: Query, t: EncodedTable) -> np.ndarray:
         for c in q.columns:
             w = w * t.scaled[c]
         return np.array([float(np.sum(w))])
+    if isinstance(q, CentredProduct):
+        return np.array([float(np.sum(centred_values(q, t)))])
     if isinstance(q, ModelAccuracy):
         parts = (model_scores(q, t.slice(s, s + ROW_CHUNK)).sum() for s in range(0, t.n, ROW_CHUNK))
         return np.array([math.fsum(parts)])
     raise TypeError(f"not a query: {q!r}")
+
+
+def factor_values(f: Factor, t: EncodedTable) -> np.ndarray:
+    """Per-row value of a factor: the scaled column, or the indicator of its code."""
+    column, code = f
+    return t.scaled[column] if code is None else (t.codes[column] == code).astype(np.float64)
+
+
+def centred_values(q: CentredProduct, t: EncodedTable) -> np.ndarray:
+    """Per-row ``(f - 1/2) * (g - 1/2)`` of a :class:`~dpql.plan.ir.CentredProduct`."""
+    return (factor_values(q.left, t) - 0.5) * (factor_values(q.right, t) - 0.5)
 
 
 def design_matrix(features: Sequence[str], t: EncodedTable) -> np.ndarray:
@@ -157,6 +172,8 @@ def per_row(q: Query, t: EncodedTable) -> np.ndarray:
         for c in q.columns:
             w = w * t.scaled[c]
         return w[:, None]
+    if isinstance(q, CentredProduct):
+        return centred_values(q, t)[:, None]
     if isinstance(q, ModelAccuracy):
         return model_scores(q, t)[:, None]
     raise TypeError(f"not a query: {q!r}")

@@ -1,8 +1,8 @@
 """Typed query IR: every query is the average over records of a per-record vector function.
 
-A query ``q`` maps each record ``x`` to a vector ``v(x)`` with entries in [0, 1] and answers
-``q(D) = (1/n) * sum_{x in D} v(x)`` (the *cells* of the answer). All thresholds and moments live
-on the public [0, 1] scale of :mod:`dpql.domain`.
+A query ``q`` maps each record ``x`` to a vector ``v(x)`` with entries in [0, 1] (a centred
+product's in [-1/4, 1/4]) and answers ``q(D) = (1/n) * sum_{x in D} v(x)`` (the *cells* of the
+answer). All thresholds and moments live on the public [0, 1] scale of :mod:`dpql.domain`.
 
 Neighbouring relation (used for every sensitivity below): **replace-one** with the *public* row
 count ``n`` from the spec: D and D' have the same n rows and differ in one record. Then
@@ -10,7 +10,9 @@ count ``n`` from the spec: D and D' have the same n rows and differ in one recor
 * a vector query whose per-record vector has at most one non-zero entry, at most 1
   (marginals, prefix-by-label, halfspace-by-label) has L1 sensitivity 2/n and L2 sensitivity
   sqrt(2)/n: the changed record leaves one cell and enters another;
-* a scalar query with values in [0, 1] (count, moment, prefix without label) has L1 = L2 = 1/n.
+* a scalar query with values in [0, 1] (count, moment, prefix without label) has L1 = L2 = 1/n;
+* a centred product (:class:`CentredProduct`, values in [-1/4, 1/4]) has L1 = L2 = 1/(2n), a
+  centred square (values in [0, 1/4]) 1/(4n).
 
 Queries are frozen, hashable values; their identity is their content, so a plan is reproducible
 and can be hashed.
@@ -201,6 +203,61 @@ class Moment:
         return _scalar_sensitivity(n)
 
 
+# A factor of a product: (column, None) is a numeric column's scaled value u in [0, 1],
+# (column, code) the indicator 1{x = code}.
+Factor = tuple[str, int | None]
+
+
+@dataclass(frozen=True)
+class CentredProduct:
+    """``mean((f - 1/2) * (g - 1/2))`` of two factors ``f``, ``g`` (each in [0, 1]; see
+    :data:`Factor`), centred at the midpoint of their public range.
+
+    A second moment of the requirement measures (``dpql.plan.requirements``). It spans, with the
+    first moments ``E f`` and ``E g``, the same linear space as the raw ``E fg`` (``E fg =
+    E(f - 1/2)(g - 1/2) + (E f + E g)/2 - 1/4``), but its per-record value lies in
+    [-1/4, 1/4] (two different factors) or [0, 1/4] (a square), not [0, 1]: replace-one
+    sensitivity 1/(2n) or 1/(4n) instead of 1/n. In one Gaussian release of first and second
+    moments that cuts the L2 sensitivity, hence every measure's noise sd, by about 1.6x for 5
+    columns (sqrt(19) -> sqrt(7.75)). Factors are stored in sorted order, so equal products
+    deduplicate. A square of an indicator is the constant 1/4 and two values of one column are
+    linear in the first moments: neither is a query.
+    """
+
+    left: Factor
+    right: Factor
+
+    kind = "centred"
+
+    def __post_init__(self) -> None:
+        a, b = sorted((self.left, self.right), key=_factor_key)
+        object.__setattr__(self, "left", a)
+        object.__setattr__(self, "right", b)
+        if a[0] == b[0] and a[1] is not None and b[1] is not None:
+            raise ValueError("a product of two indicators of one column is not a query")
+        if a == b and a[1] is not None:
+            raise ValueError("an indicator's centred square is the constant 1/4, not a query")
+        if (a[1] is None) != (b[1] is None) and a[0] == b[0]:
+            raise ValueError("a column cannot be both numeric and categorical")
+
+    @property
+    def square(self) -> bool:
+        return self.left == self.right
+
+    def cells(self, domain: Domain) -> int:
+        return 1
+
+    def sensitivity(self, n: int) -> Sensitivity:
+        # (f - 1/2)(g - 1/2) ranges over [-1/4, 1/4]; a square (u - 1/2)^2 over [0, 1/4].
+        # A record outside the kept rows contributes 0, inside both ranges.
+        width = 0.25 if self.square else 0.5
+        return Sensitivity(width / n, width / n)
+
+
+def _factor_key(f: Factor) -> tuple[str, int]:
+    return (f[0], -1 if f[1] is None else f[1])
+
+
 @dataclass(frozen=True)
 class ModelAccuracy:
     """Per-record score of a *fixed* linear model (the DP acceptance test of a model requirement).
@@ -234,7 +291,7 @@ class ModelAccuracy:
         return _scalar_sensitivity(n)
 
 
-Query = Marginal | Prefix | Halfspace | Count | Moment | ModelAccuracy
+Query = Marginal | Prefix | Halfspace | Count | Moment | CentredProduct | ModelAccuracy
 
 QUERY_KINDS: tuple[str, ...] = ("marginal", "prefix", "halfspace", "count", "moment")
 
@@ -249,6 +306,8 @@ def query_columns(q: Query) -> tuple[str, ...]:
         return pred_columns(q.predicate)
     if isinstance(q, ModelAccuracy):
         return (*q.features, q.label)
+    if isinstance(q, CentredProduct):
+        return tuple(dict.fromkeys((q.left[0], q.right[0])))
     return q.columns + tuple(c for c in pred_columns(q.given) if c not in q.columns)
 
 

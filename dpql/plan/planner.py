@@ -38,7 +38,7 @@ from dpql.accept import (
 )
 from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, SourcePos
 from dpql.lang.parser import parse_requirements, parse_workload
-from dpql.plan.ir import ModelRequirement, Query, Requirement
+from dpql.plan.ir import ModelRequirement, Query, Requirement, joint_l2_sensitivity
 from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
@@ -217,7 +217,7 @@ def phase_shares(spec: LoadedSpec, requirements: tuple[Requirement, ...]) -> dic
 
 
 def _sigma_requirements(k: int, n: int, rho: float) -> float:
-    """Per-measure sigma of one Gaussian release of ``k`` scalar [0, 1] queries at ``rho``."""
+    """Per-query sigma of one Gaussian release of ``k`` scalar [0, 1] queries at ``rho``."""
     return gaussian_sigma(math.sqrt(k) / n, rho) if k and rho > 0 else math.inf
 
 
@@ -377,11 +377,14 @@ def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
 
 def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[BudgetLine]:
     """The post-processing releases (``iproj.measure``), one line each, with the rho
-    ``dpql.synth.iproj.measure`` will spend on them (``release_rhos``)."""
-    return [
-        BudgetLine("iproj.measure", "gaussian", 1, r, _sigma_requirements(len(rel.cells), n, r), n)
-        for rel, r in zip(measures.releases, release_rhos(measures.releases, rho), strict=True)
-    ]
+    ``dpql.synth.iproj.measure`` will spend on them (``release_rhos``) and the sigma of equal
+    noise at its queries' L2 sensitivity."""
+    lines = []
+    for rel, r in zip(measures.releases, release_rhos(measures.releases, rho), strict=True):
+        l2 = joint_l2_sensitivity([measures.queries[c] for c in rel.cells], n)
+        sigma = gaussian_sigma(l2, r) if rel.cells and r > 0 else math.inf
+        lines.append(BudgetLine("iproj.measure", "gaussian", 1, r, sigma, n))
+    return lines
 
 
 def _requirement_plan(

@@ -5,8 +5,10 @@ for improving utility on selected measures" (digest ``papers/postprocessing.md``
 
 1. :func:`measure` -- the K measures are answered on the real table through the measurement
    oracle (this module never sees private rows) in Gaussian releases calibrated to the L2
-   sensitivity of each release's vector (sqrt(K_g)/n for K_g scalar [0, 1] queries,
-   replace-one): ONE release of all of them (the paper), or one per weighted requirement
+   sensitivity of each release's vector (replace-one; ``plan.ir.joint_l2_sensitivity``: 1/n
+   per first moment or count, 1/(2n) per centred product, 1/(4n) per centred square, so the
+   second moments cost less noise than the paper's raw ones): ONE release of all of them (the
+   paper), or one per weighted requirement
    (``dpql.plan.requirements.Release``); a measure in several releases is their
    inverse-variance average, so every measure carries its own noise sd ``sigma_k``.
 2. :func:`project_to_hull` -- denoise: the noisy answers ``a`` are projected onto the convex hull
