@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from types import SimpleNamespace
@@ -24,7 +25,7 @@ from dpql.plan.ir import (
     Tolerance,
     TruePred,
 )
-from dpql.plan.requirements import expand_requirements
+from dpql.plan.requirements import expand_requirements, product_query
 from dpql.synth import iproj
 
 REAL = make_table(8000, seed=1)
@@ -249,6 +250,13 @@ def test_linear_bound_covers_the_observed_loss_gap() -> None:
         return float(np.mean((t.scaled["hours"] - s) ** 2))
 
     assert abs(loss(REAL) - loss(ev.table)) <= bound.value / 2
+    # rho bounds every raw moment's gap (E f and E fg, though fg is measured centred), w.p. 95%
+    factors = [("age", None), ("x", None), ("hours", None)]
+    factors += [("job", k) for k in range(1, DOMAIN.card("job"))]  # not the reference level
+    raw = [product_query([f, g]) for f, g in itertools.product(factors, repeat=2)]
+    raw = [r for r in raw if not isinstance(r, float)]
+    gap = np.abs(np.concatenate(answer_all(raw, REAL)) - np.concatenate(answer_all(raw, ev.table)))
+    assert gap.max() <= bound.rho
     lb = accept.excess_risk_bound(LOGIT, accept.fit_model(LOGIT, ev.table), ev)
     assert lb is None  # the logistic requirement's moments were not measured
 
