@@ -210,10 +210,10 @@ def test_centred_products_span_the_raw_ones_and_have_the_smaller_sensitivity() -
         )
         assert float(v.mean()) == pytest.approx(raw - (ef + eg) / 2 + 0.25, abs=1e-12)
     assert CentredProduct(hours, age) == CentredProduct(age, hours)  # canonical order
-    with pytest.raises(ValueError):
-        CentredProduct(male, male)  # the constant 1/4
-    with pytest.raises(ValueError):
-        CentredProduct(job_b, ("job", 2))  # linear in the first moments
+    with pytest.raises(ValueError, match="constant 1/4"):
+        CentredProduct(male, male)
+    with pytest.raises(ValueError, match="linear in the first moments"):
+        CentredProduct(job_b, ("job", 2))
 
 
 def test_centring_cuts_the_release_sensitivity_of_first_and_second_moments() -> None:

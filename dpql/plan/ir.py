@@ -233,10 +233,10 @@ class CentredProduct:
         a, b = sorted((self.left, self.right), key=_factor_key)
         object.__setattr__(self, "left", a)
         object.__setattr__(self, "right", b)
-        if a[0] == b[0] and a[1] is not None and b[1] is not None:
-            raise ValueError("a product of two indicators of one column is not a query")
         if a == b and a[1] is not None:
             raise ValueError("an indicator's centred square is the constant 1/4, not a query")
+        if a[0] == b[0] and a[1] is not None and b[1] is not None:
+            raise ValueError("two values of one column: linear in the first moments, not a query")
         if (a[1] is None) != (b[1] is None) and a[0] == b[0]:
             raise ValueError("a column cannot be both numeric and categorical")
 
