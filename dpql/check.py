@@ -9,12 +9,22 @@ epsilon the privacy layer converts rho to, passed in as ``requested_epsilon``. F
 included (the planner spends only the remainder on post-processing).
 
 Lifetime budget. The ledger (JSONL, one :class:`ReleaseRecord` per line) lists earlier releases
-of the same data source. The check **enforces basic composition**: the sum of recorded epsilons
-plus this release's must stay within ``lifetime.epsilon``. Basic composition holds whatever
-each release's accounting was (zCDP, RDP, an external tool), so it is the rule we can always
-defend. When every record carries its zCDP rho, :class:`LifetimeBudget` also reports the
-tighter zCDP composition, rho_total = sum of rho, epsilon = rho + 2 sqrt(rho log(1/delta)) with
-delta the summed deltas (Bun & Steinke 2016, Prop. 1.3; rap_pp.md §4.2), for information only.
+of the same data source. Two sound statements of their spend with this release added:
+
+* basic composition (Dwork & Roth 2014, Thm. 3.16): epsilons add and deltas add. It holds
+  whatever each release's accounting was, so it applies to every release;
+* RDP composition (Mironov 2017, Prop. 1) of the releases that carry their RDP curve (``rdp``,
+  copied from the provenance record by ``dpql compile``; for this release, the planned curve):
+  the curves are summed at every order they share and converted once with dp-accounting's tight
+  conversion (CKS 2020) at the largest delta any of them was converted at, so with equal deltas
+  the result is at least every release's own epsilon. RDP composition does not add deltas. The
+  external tables' (epsilon, delta) and the releases without a curve (hand-written lines, GAN
+  releases before compile) are added on top by basic composition.
+
+:class:`LifetimeBudget` reports and enforces the statement with the smaller epsilon among those
+within both caps: ``lifetime.epsilon`` (P007) and, when set, ``lifetime.delta`` (P008). A
+record's ``rho`` is informational and null unless the release was pure zCDP; it is never used to
+compose (dpql before issue 14 recorded only the Gaussian and Gumbel part of a release there).
 """
 
 from __future__ import annotations
@@ -25,16 +35,31 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.domain import NumericColumn
+from dpql.privacy.accountant import (
+    DEFAULT_ORDERS,
+    compose_rdp_curves,
+    eps_and_order_from_rho,
+    epsilon_from_rdp,
+    replace_one_guarantee,
+    rho_from_eps_delta,
+)
 from dpql.spec.load import LoadedPolicy, LoadedSpec
 from dpql.spec.models import ExternalSynthesizer
 
@@ -52,8 +77,36 @@ class Violation:
         return f"{self.code}: {self.message}"
 
 
+_Order = Annotated[float, Field(gt=1, allow_inf_nan=False)]
+_NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class RdpCurve(BaseModel):
+    """A release's spend in composable form (the provenance record's ``privacy.rdp``): the RDP
+    epsilon of its non-external events at each order, and the external (epsilon, delta), in
+    replace-one terms, that it added by basic composition."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    orders: list[_Order] = Field(min_length=1)
+    epsilons: list[_NonNeg] = Field(min_length=1)
+    external_epsilon: _NonNeg = 0.0
+    external_delta: Annotated[float, Field(ge=0, lt=1)] = 0.0
+
+    @model_validator(mode="after")
+    def _one_epsilon_per_order(self) -> RdpCurve:
+        if len(self.orders) != len(self.epsilons):
+            raise ValueError("orders and epsilons must have the same length")
+        if len(set(self.orders)) != len(self.orders):
+            raise ValueError("orders must be distinct")
+        return self
+
+
 class ReleaseRecord(BaseModel):
-    """One line of the release ledger: a release of the data source and what it spent."""
+    """One line of the release ledger: a release of the data source and what it spent.
+
+    ``rho`` is the release's zCDP rho only when all of it was zCDP (else null, informational).
+    ``rdp`` is its RDP curve (absent: the release composes by basic composition only)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -62,6 +115,7 @@ class ReleaseRecord(BaseModel):
     epsilon: Annotated[float, Field(ge=0, allow_inf_nan=False)]
     delta: Annotated[float, Field(ge=0, lt=1)]
     rho: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    rdp: RdpCurve | None = None
     time: str = Field(description="ISO 8601 time of the release, UTC.")
 
     @field_validator("time")
@@ -70,6 +124,12 @@ class ReleaseRecord(BaseModel):
         datetime.fromisoformat(v)  # raises ValueError with a clear message
         return v
 
+    @model_validator(mode="after")
+    def _curve_within_delta(self) -> ReleaseRecord:
+        if self.rdp is not None and not self.rdp.external_delta < self.delta:
+            raise ValueError("rdp.external_delta must be below the release's delta")
+        return self
+
 
 def release_record(
     spec: LoadedSpec,
@@ -77,15 +137,20 @@ def release_record(
     delta: float,
     rho: float | None = None,
     time: datetime | None = None,
+    *,
+    rdp: RdpCurve | Mapping[str, Any] | None = None,
 ) -> ReleaseRecord:
-    """The ledger record of releasing ``spec`` at the (epsilon, delta[, rho]) actually spent."""
+    """The ledger record of releasing ``spec`` at the (epsilon, delta[, rho]) actually spent,
+    with its RDP curve ``rdp`` (the provenance record's ``privacy.rdp``) when known."""
     when = (time or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds")
+    curve = rdp if rdp is None or isinstance(rdp, RdpCurve) else RdpCurve.model_validate(rdp)
     return ReleaseRecord(
         name=spec.model.name,
         spec_sha256=spec.spec_hash,
         epsilon=epsilon,
         delta=delta,
         rho=rho,
+        rdp=curve,
         time=when,
     )
 
@@ -125,8 +190,8 @@ def _ledger_error(file: str, line: int, col: int, what: str) -> Diagnostic:
         "E020",
         f"malformed ledger line: {what}",
         SourcePos(file, line, col),
-        "each line must be one JSON object with name, spec_sha256, epsilon, delta, rho, time; "
-        "fix the line by hand from the release's provenance record",
+        "each line must be one JSON object with name, spec_sha256, epsilon, delta, rho, time "
+        "and optionally rdp; fix the line by hand from the release's provenance record",
     )
 
 
@@ -175,11 +240,29 @@ def append_release(path: str | os.PathLike[str], record: ReleaseRecord) -> None:
 @dataclass(frozen=True)
 class ReleaseBudget:
     """What one release spends in total (for ``external``, the external table's budget
-    included, as ``privacy`` states it; see :func:`release_budget`)."""
+    included, as ``privacy`` states it; see :func:`release_budget`). ``rdp`` is the planned
+    curve of the release (None: it composes by basic composition only)."""
 
     epsilon: float
     delta: float
     rho: float | None
+    rdp: RdpCurve | None = None
+
+
+def planned_curve(
+    rho: float, delta: float, external_epsilon: float = 0.0, external_delta: float = 0.0
+) -> RdpCurve:
+    """The RDP curve ``rho * alpha`` of a release whose own mechanisms spend at most ``rho``
+    (zCDP), on dp-accounting's orders plus the optimal order at ``delta - external_delta``, with
+    the external (epsilon, delta) it adds by basic composition."""
+    alpha = eps_and_order_from_rho(rho, delta - external_delta)[1]
+    orders = sorted(set(DEFAULT_ORDERS) | ({alpha} if math.isfinite(alpha) else set()))
+    return RdpCurve(
+        orders=orders,
+        epsilons=[rho * a for a in orders],
+        external_epsilon=external_epsilon,
+        external_delta=external_delta,
+    )
 
 
 def release_budget(
@@ -193,9 +276,14 @@ def release_budget(
     ``requested_epsilon`` defaults to the spec's ``privacy.epsilon``; a rho-only spec must pass
     the epsilon the privacy layer computed at ``requested_delta`` (default:
     ``spec.target_delta``). For ``synthesizer: external`` the privacy block is the release's
-    total, the external table's budget included (the planner spends only the rest), so nothing
-    is added here; the zCDP rho of such a release is unknown (the external accounting is not
-    zCDP as far as we know) and is reported as None.
+    total, the external table's budget (converted to replace-one) included (the planner spends
+    only the rest), so nothing is added here.
+
+    ``rho`` is set only for a release that is all zCDP (``rap``): an external table or DP-SGD
+    (``gan``) is not zCDP, so theirs is None. ``rdp`` is the planned curve: dpql's own zCDP part
+    (``requested_rho``, ``privacy.rho`` or the rho the planner derives from (epsilon, delta)) plus
+    the external table's converted (epsilon, delta); None for ``gan``, whose DP-SGD curve is
+    known after calibration only (it then composes by basic composition).
     """
     privacy = spec.model.privacy
     epsilon = requested_epsilon if requested_epsilon is not None else privacy.epsilon
@@ -203,74 +291,194 @@ def release_budget(
         raise InternalError("a rho-only spec needs requested_epsilon from dpql.privacy")
     delta = requested_delta if requested_delta is not None else spec.target_delta
     rho = requested_rho if requested_rho is not None else privacy.rho
-    if isinstance(spec.model.synthesizer, ExternalSynthesizer):
+    synth = spec.model.synthesizer
+    ext_eps = ext_delta = 0.0
+    if isinstance(synth, ExternalSynthesizer):
+        b = synth.budget
+        ext_eps, ext_delta = replace_one_guarantee(b.epsilon, b.delta, b.neighbouring)
+    curve = None
+    if synth.method != "gan":
+        own = rho
+        if own is None and epsilon > ext_eps and delta > ext_delta:
+            own = rho_from_eps_delta(epsilon - ext_eps, delta - ext_delta)
+        if own is not None and delta > ext_delta:
+            curve = planned_curve(own, delta, ext_eps, ext_delta)
+    if synth.method != "rap":
         rho = None
-    return ReleaseBudget(epsilon, delta, rho)
+    return ReleaseBudget(epsilon, delta, rho, curve)
 
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
-    """(epsilon, delta)-DP of rho-zCDP: rho + 2 sqrt(rho log(1/delta)) (rap_pp.md §4.2)."""
+    """(epsilon, delta)-DP of rho-zCDP: rho + 2 sqrt(rho log(1/delta)) (Bun & Steinke 2016,
+    Prop. 1.3; rap_pp.md §4.2). Looser than the tight conversion; not used for the lifetime."""
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+
+
+def compose_releases(
+    releases: Sequence[tuple[float, float, RdpCurve | None]],
+) -> tuple[float, float, int] | None:
+    """RDP composition of ``(epsilon, delta, curve)`` releases.
+
+    The curves are summed at every order they share (RDP composition, Mironov 2017, Prop. 1)
+    and converted once (dp-accounting's tight conversion) at the largest delta any of those
+    releases converted its own curve at (``delta - external_delta``): with equal deltas the
+    composed epsilon is then at least every release's own. RDP composition does not add deltas;
+    the external tables' (epsilon, delta) and the releases without a curve are added on top by
+    basic composition. Returns (epsilon, delta, number of releases composed by curve), or None
+    when no release has a curve (or the curves share no order).
+    """
+    with_curve = [(d, c) for _, d, c in releases if c is not None]
+    if not with_curve:
+        return None
+    try:
+        orders, total = compose_rdp_curves((c.orders, c.epsilons) for _, c in with_curve)
+    except ValueError:
+        return None
+    rdp_delta = max(d - c.external_delta for d, c in with_curve)
+    if not rdp_delta > 0:
+        return None
+    basic_eps = math.fsum(
+        [c.external_epsilon for _, c in with_curve] + [e for e, _, c in releases if c is None]
+    )
+    basic_delta = math.fsum(
+        [c.external_delta for _, c in with_curve] + [d for _, d, c in releases if c is None]
+    )
+    epsilon = epsilon_from_rdp(orders, total, rdp_delta)[0] + basic_eps
+    return epsilon, rdp_delta + basic_delta, len(with_curve)
 
 
 @dataclass(frozen=True)
 class LifetimeBudget:
-    """Earlier releases in the ledger plus this one, against ``lifetime.epsilon``."""
+    """Earlier releases in the ledger plus this one, against ``lifetime.epsilon`` (and
+    ``lifetime.delta`` when the policy sets it). See the module docstring.
+
+    Two sound statements of the lifetime spend: basic composition (epsilons add, deltas add)
+    and RDP composition (:func:`compose_releases`). The one reported and enforced
+    (:attr:`total_epsilon`, :attr:`total_delta`) is the one with the smaller epsilon among those
+    within both caps (or, when neither is, the one with the smaller epsilon). The RDP epsilon is
+    never reported below the largest single release's epsilon (at a larger delta the conversion
+    could dip below it, which is sound but reads as an error; more is always sound).
+    """
 
     limit: float
     releases: int
     recorded_epsilon: float
     this: ReleaseBudget
     recorded_delta: float
-    recorded_rho: float | None  # None when some record (or this release) has no rho
+    composed_epsilon: float | None = None  # RDP composition (None: no release has a curve)
+    composed_delta: float | None = None
+    composed_releases: int = 0  # how many releases (this one included) composed by curve
+    delta_limit: float | None = None
+    largest_epsilon: float = 0.0  # the largest single release's epsilon (this one included)
 
     @property
-    def total_epsilon(self) -> float:
-        """Basic composition: epsilons add. This is what the policy enforces."""
+    def basic_epsilon(self) -> float:
+        """Basic composition: epsilons add (sound for every release)."""
         return self.recorded_epsilon + self.this.epsilon
 
     @property
-    def total_delta(self) -> float:
+    def basic_delta(self) -> float:
         return self.recorded_delta + self.this.delta
 
+    def _fits(self, epsilon: float, delta: float) -> bool:
+        return epsilon <= self.limit + _SLACK and (
+            self.delta_limit is None or delta <= self.delta_limit
+        )
+
     @property
-    def zcdp_total_epsilon(self) -> float | None:
-        """zCDP composition of the rhos converted at the summed delta (information only)."""
-        if self.recorded_rho is None or self.this.rho is None:
-            return None
-        return zcdp_epsilon(self.recorded_rho + self.this.rho, self.total_delta)
+    def uses_rdp(self) -> bool:
+        """Whether the reported statement is the RDP composition (else basic composition)."""
+        if self.composed_epsilon is None or self.composed_delta is None:
+            return False
+        rdp = (max(self.composed_epsilon, self.largest_epsilon), self.composed_delta)
+        basic = (self.basic_epsilon, self.basic_delta)
+        fitting = [s for s in (rdp, basic) if self._fits(*s)] or [rdp, basic]
+        return min(fitting, key=lambda s: s[0]) is rdp
+
+    @property
+    def total_epsilon(self) -> float:
+        """The lifetime epsilon the policy enforces (at :attr:`total_delta`)."""
+        if self.uses_rdp:
+            assert self.composed_epsilon is not None
+            return max(self.composed_epsilon, self.largest_epsilon)
+        return self.basic_epsilon
+
+    @property
+    def total_delta(self) -> float:
+        """The lifetime delta of the reported statement (capped by ``lifetime.delta``)."""
+        if self.uses_rdp:
+            assert self.composed_delta is not None
+            return self.composed_delta
+        return self.basic_delta
 
     @property
     def exceeded(self) -> bool:
         return self.total_epsilon > self.limit + _SLACK
 
+    @property
+    def delta_exceeded(self) -> bool:
+        return self.delta_limit is not None and self.total_delta > self.delta_limit
+
     def describe(self) -> str:
         """One line: requested vs recorded vs limit, and the composition used."""
-        zcdp = self.zcdp_total_epsilon
+        cap = f" of {self.delta_limit:g}" if self.delta_limit is not None else " (not capped)"
+        head = (
+            f"lifetime epsilon {self.total_epsilon:.4g} of {self.limit:g} at delta "
+            f"{self.total_delta:.3g}{cap} (recorded: {self.releases} release(s), epsilon "
+            f"{self.recorded_epsilon:.4g}, delta {self.recorded_delta:.3g}; this release: "
+            f"{self.this.epsilon:.4g}, {self.this.delta:.3g}; "
+        )
+        if self.uses_rdp:
+            rest = self.releases + 1 - self.composed_releases
+            others = f" for {rest} release(s) without one and" if rest else ""
+            return head + (
+                f"RDP composition of {self.composed_releases} release curve(s), basic "
+                f"composition{others} for external tables; basic composition alone gives "
+                f"{self.basic_epsilon:.4g} at delta {self.basic_delta:.3g})"
+            )
+        composed = self.composed_epsilon
         alt = (
-            f"; zCDP composition would give {zcdp:.4g} (not enforced)"
-            if zcdp is not None
-            else "; zCDP composition n/a (a release without rho)"
+            f"; RDP composition gives {max(composed, self.largest_epsilon):.4g} at delta "
+            f"{self.composed_delta:.3g}"
+            if composed is not None
+            else ""
         )
-        return (
-            f"lifetime epsilon {self.total_epsilon:.4g} of {self.limit:g} (recorded: "
-            f"{self.releases} release(s), {self.recorded_epsilon:.4g}; this release: "
-            f"{self.this.epsilon:.4g}; basic composition, epsilons add){alt}"
-        )
+        return head + f"basic composition, epsilons and deltas add{alt})"
 
 
 def lifetime_budget(
-    limit: float, records: list[ReleaseRecord], this: ReleaseBudget
+    limit: float,
+    records: list[ReleaseRecord],
+    this: ReleaseBudget,
+    delta_limit: float | None = None,
 ) -> LifetimeBudget:
-    rhos = [r.rho for r in records]
+    composed = compose_releases(
+        [(r.epsilon, r.delta, r.rdp) for r in records] + [(this.epsilon, this.delta, this.rdp)]
+    )
     return LifetimeBudget(
         limit=limit,
         releases=len(records),
         recorded_epsilon=math.fsum(r.epsilon for r in records),
         this=this,
         recorded_delta=math.fsum(r.delta for r in records),
-        recorded_rho=None if None in rhos else math.fsum(r for r in rhos if r is not None),
+        composed_epsilon=composed[0] if composed else None,
+        composed_delta=composed[1] if composed else None,
+        composed_releases=composed[2] if composed else 0,
+        delta_limit=delta_limit,
+        largest_epsilon=max([r.epsilon for r in records] + [this.epsilon]),
     )
+
+
+def lifetime_report(
+    policy: LoadedPolicy, spend: ReleaseBudget, ledger_path: str | os.PathLike[str] | None = None
+) -> LifetimeBudget | None:
+    """The lifetime budget with this release added (None when the policy sets no lifetime).
+    ``ledger_path`` defaults to the policy's ``lifetime.ledger``; E020 if it is malformed."""
+    lifetime = policy.model.lifetime
+    path = ledger_path if ledger_path is not None else policy.ledger_path
+    if lifetime is None or path is None:
+        return None
+    return lifetime_budget(lifetime.epsilon, read_ledger(path), spend, lifetime.delta)
 
 
 def check_policy(
@@ -320,19 +528,9 @@ def check_policy(
     budget = lifetime_report(policy, spend, ledger_path)
     if budget is not None and budget.exceeded:
         out.append(Violation("P007", f"exceeded: {budget.describe()}"))
+    if budget is not None and budget.delta_exceeded:
+        out.append(Violation("P008", f"delta exceeded: {budget.describe()}"))
     return out
-
-
-def lifetime_report(
-    policy: LoadedPolicy, spend: ReleaseBudget, ledger_path: str | os.PathLike[str] | None = None
-) -> LifetimeBudget | None:
-    """The lifetime budget with this release added (None when the policy sets no lifetime).
-    ``ledger_path`` defaults to the policy's ``lifetime.ledger``; E020 if it is malformed."""
-    lifetime = policy.model.lifetime
-    path = ledger_path if ledger_path is not None else policy.ledger_path
-    if lifetime is None or path is None:
-        return None
-    return lifetime_budget(lifetime.epsilon, read_ledger(path), spend)
 
 
 def _public_bounds(spec: LoadedSpec) -> list[Violation]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dpql import __version__
@@ -37,11 +38,12 @@ def _fmt(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-def _report(diagnostics: Sequence[Diagnostic], fmt: str) -> None:
+def _report(diagnostics: Sequence[Diagnostic], fmt: str, show_values: bool = False) -> None:
+    """Print diagnostics; private data values only with ``show_values`` (``--show-values``)."""
     if fmt == "json":
-        print(to_json(diagnostics))
+        print(to_json(diagnostics, show_values))
     else:
-        print(render_all(diagnostics), file=sys.stderr)
+        print(render_all(diagnostics, show_values), file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------
@@ -56,6 +58,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     plan = build_plan(spec)
     data = plan.to_json()
+    if plan.resources is not None:  # the compile estimate is shown, not hashed into records
+        data["resources"] = plan.resources.to_json()
     if args.output:
         from dpql.compile import write_json
 
@@ -66,7 +70,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.warnings:
         _report(plan.warnings, "text")
     b = plan.budget
-    out.print(f"[bold]{spec.model.name}[/]: {spec.rows} public rows, method [bold]{plan.method}[/]")
+    out.print(  # user text is escaped wherever rich renders markup
+        f"[bold]{escape(spec.model.name)}[/]: {spec.rows} public rows, method "
+        f"[bold]{plan.method}[/]",
+        highlight=False,
+    )
     out.print(
         f"budget: epsilon={_fmt(b.epsilon)} delta={_fmt(b.delta)} -> rho={_fmt(b.rho, 6)} zCDP "
         "(tight conversion, Canonne-Kamath-Steinke 2020)"
@@ -109,6 +117,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     out.print(bt)
     out.print(f"allocated rho {_fmt(plan.table.total_rho, 6)} of {_fmt(b.rho, 6)}")
+    if plan.resources is not None:
+        from dpql.plan.resources import format_bytes, memory_limit
+
+        out.print(
+            f"compile estimate: {plan.resources.summary()}; memory limit "
+            f"{format_bytes(memory_limit())} (spec/language.md §9)",
+            markup=False,
+            highlight=False,
+        )
     if plan.requirement_plans:
         from dpql.accept import tolerance_text
 
@@ -127,10 +144,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             reach = "-" if r.reachable is None else ("yes" if r.reachable else "no")
             weight = r.requirement.weight
             rt.add_row(
-                r.requirement.text + (f" weight {weight:g}" if weight is not None else ""),
+                escape(r.requirement.text + (f" weight {weight:g}" if weight is not None else "")),
                 r.metric,
                 _fmt(r.predicted_sd),
-                tolerance_text(r.requirement.tolerance),
+                escape(tolerance_text(r.requirement.tolerance)),
                 reach,
                 _fmt(r.smallest_epsilon),
                 ", ".join(d.code for d in r.diagnostics) or "ok",
@@ -153,14 +170,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from dpql.check import check_policy
+    from dpql.check import check_policy, lifetime_report, release_budget
     from dpql.plan.planner import build_plan
     from dpql.spec.load import load_policy, load_spec
 
     spec = load_spec(args.spec)
     plan = build_plan(spec)
     if not args.policy:
-        out.print(f"{args.spec}: ok (spec and plan valid; no policy given)")
+        out.print(f"{args.spec}: ok (spec and plan valid; no policy given)", markup=False)
         return EXIT_OK
     policy = load_policy(args.policy)
     result = check_policy(spec, policy, policy.ledger_path, plan.budget.epsilon)
@@ -172,7 +189,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(summary)
     if violations:
         return EXIT_INPUT
-    print(f"{args.spec}: ok (policy {args.policy})")
+    lifetime = lifetime_report(policy, release_budget(spec, plan.budget.epsilon))
+    note = f"; {lifetime.describe()}" if lifetime is not None else ""
+    print(f"{args.spec}: ok (policy {args.policy}){note}")
     return EXIT_OK
 
 
@@ -218,8 +237,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     rec = result.record
     spent = rec["privacy"]["spent"]
     budget = rec["privacy"]["budget"]
-    out.print(f"[bold green]released[/] {result.table_path} ({rec['output']['rows']} rows)")
-    out.print(f"provenance {result.record_path}")
+    out.print(
+        f"[bold green]released[/] {escape(str(result.table_path))} ({rec['output']['rows']} rows)"
+    )
+    out.print(f"provenance {result.record_path}", markup=False)
+    if result.curator_path is not None:
+        out.print(f"curator-only (never publish) {result.curator_path}", markup=False)
     out.print(
         f"privacy spent: epsilon={_fmt(spent['epsilon'], 6)} (budget {_fmt(budget['epsilon'])}), "
         f"delta={_fmt(spent['delta'])}, rho={_fmt(spent['rho'], 6)} "
@@ -320,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument("--ledger", help="lifetime release ledger (JSONL) to append this release to")
     s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument(
+        "--show-values",
+        action="store_true",
+        help="show the offending private data values in data errors (the curator's own "
+        "terminal only: never in shared logs or CI); by default errors name the file, row and "
+        "column only",
+    )
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser("verify", help="recompute a provenance record's accounting and hashes")
@@ -332,10 +362,19 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate", help="curator-only utility report (uses private data; never publish)"
     )
     s.add_argument("spec")
-    s.add_argument("--synthetic", required=True)
-    s.add_argument("--holdout")
-    s.add_argument("--label")
-    s.add_argument("--output", default="report")
+    s.add_argument("--synthetic", required=True, help="the synthetic table to evaluate")
+    s.add_argument(
+        "--holdout",
+        help="a real test table (e.g. examples/adult/adult_test.csv.gz); default: a random 20%% "
+        "of the real table, the train-on-real models fitting the rest",
+    )
+    s.add_argument("--label", help="categorical column the TSTR models predict")
+    s.add_argument(
+        "--output",
+        help="report folder (PRIVATE; files mode 0600). Default: <table stem>.CURATOR-ONLY-report "
+        "beside the release's curator-only file (curator/ next to the spec unless "
+        "output.curator says otherwise), never the published output folder",
+    )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_evaluate)
     return p
@@ -346,7 +385,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except DiagnosticError as exc:
-        _report(exc.diagnostics, getattr(args, "format", "text"))
+        _report(
+            exc.diagnostics,
+            getattr(args, "format", "text"),
+            show_values=getattr(args, "show_values", False),
+        )
         return EXIT_INPUT
     except KeyboardInterrupt:
         err.print("interrupted; no output was written")

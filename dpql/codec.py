@@ -12,12 +12,20 @@ Cell semantics (every measurement engine implements exactly these, see ``dpql.da
 * a numeric cell stored as text must read as a decimal number (``NUMBER_PATTERN``); anything else
   (``"abc"``, ``"NaN"``, ``"inf"``) is a wrong type (E406), as is an infinite stored number;
 * a categorical cell not among the declared values is *undeclared*: mapped to the column's
-  ``other`` catch-all when the spec names one, else an error (E405) listing each value and how
-  many rows carry it;
+  ``other`` catch-all when the spec names one, else an error (E405) with the number of rows and
+  the first one;
 * a missing cell follows the column's :data:`MissingPolicy`: ``"error"`` (E407), ``"drop"`` the
   row, or :class:`Fill` with a public value;
 * numeric values outside the public bounds are clipped; how many were clipped goes to the
   curator-only :class:`CuratorLog`, never into a release output.
+
+Diagnostics about cells (E404-E407) are *private* (:class:`dpql.diagnostics.Diagnostic`): they
+name the file, the row and the column, never a cell's value nor a column outside the schema, and
+their data line is never quoted. The offending values go to the diagnostic's curator-only
+``values``, shown only on request (``dpql compile --show-values``). Hints point to the
+data-independent rules (``other``, ``drop``, ``fill``), never to declaring a value seen in the
+data: the schema is published, so a value taken from the data would leak it. No "did you mean"
+is computed from a data value or a data column name (the suggestion would reveal it).
 
 Dropped rows are simply absent. Every DP calibration uses the *public* row count ``n`` of the
 spec, and averages are sums divided by that public ``n`` (see ``dpql.data.measure``), so the true
@@ -26,6 +34,7 @@ number of rows after dropping is never needed by, nor revealed through, a mechan
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -53,7 +62,7 @@ CODES: dict[str, str] = {
     "E402": "data format cannot be inferred from the file name",
     "E403": "data file is empty, or no rows are left after dropping missing values",
     "E404": "a column declared in the schema is absent from the data",
-    "E405": "categorical values not declared in the schema (and no 'other' catch-all)",
+    "E405": "categorical cells with values not declared in the schema (and no 'other' catch-all)",
     "E406": "a numeric cell is not a finite number, or a column's storage type cannot hold it",
     "E407": "missing values in a column whose missing-value rule is 'error'",
     "E408": "missing-value rule names an unknown column or a value outside the domain",
@@ -158,7 +167,10 @@ def column_diagnostics(
     source: str,
     line_offset: int | None,
 ) -> list[Diagnostic]:
-    """The errors one column's issues amount to under its policies (engine-independent text)."""
+    """The errors one column's issues amount to under its policies (engine-independent text).
+
+    Private diagnostics (see the module docstring): the message names the column and a row, the
+    values go to the curator-only ``values``; no hint is derived from a value."""
 
     def pos(row: int) -> SourcePos:
         return SourcePos(source, row + line_offset if line_offset is not None else 0)
@@ -174,46 +186,69 @@ def column_diagnostics(
                 f"the schema declares it {col.kind}, which needs {want}",
                 SourcePos(source),
                 "store the column as text or numbers",
+                private=True,
             )
         )
         return out
     if issues.invalid and isinstance(col, NumericColumn):
-        value, _, row = issues.examples[0]
+        row = issues.examples[0][2]
         out.append(
             Diagnostic(
                 "E406",
-                f"column '{col.name}' is numeric but has {_rows(issues.invalid)} whose value is "
-                f"not a finite number, e.g. {value!r} at row {row}",
+                f"column '{col.name}' is numeric but {_rows(issues.invalid)} "
+                f"{'has a cell that is' if issues.invalid == 1 else 'have cells that are'} "
+                f"not a finite number, {_which(issues.invalid)} row {row}",
                 pos(row),
-                "fix the data; write a missing value as an empty cell",
+                "fix the data: write numbers in decimal notation, and a missing value as an "
+                f"empty cell (then schema.{col.name}.missing: drop or fill applies)",
+                private=True,
+                values=_listed(issues),
             )
         )
     elif issues.invalid and not has_other:
-        listed = ", ".join(f"{v!r} ({_rows(c)})" for v, c, _ in issues.examples)
-        more = issues.invalid_distinct - len(issues.examples)
-        listed += f" and {more} more value(s)" if more > 0 else ""
-        close = did_you_mean(issues.examples[0][0], col.values)  # type: ignore[union-attr]
         out.append(
             Diagnostic(
                 "E405",
-                f"column '{col.name}' has {_rows(issues.invalid)} with values not declared in "
-                f"the schema: {listed}",
+                f"column '{col.name}' has {_rows(issues.invalid)} with a value not among "
+                f"schema.{col.name}.values, {_which(issues.invalid)} row {issues.examples[0][2]}",
                 pos(issues.examples[0][2]),
-                (close + " " if close else "") + "declare the values under schema."
-                f"{col.name}.values, fix the data, or name an 'other' catch-all category",
+                f"map unlisted values to a catch-all category: set schema.{col.name}.other to "
+                "one of its values (e.g. an 'Other' category chosen without looking at the "
+                "data), or fix the data; the schema is published, so never add a value because "
+                "it occurs in the data",
+                private=True,
+                values=_listed(issues),
             )
         )
     if issues.missing and missing_policy == "error":
+        rules = (
+            "drop (the row is left out; data.rows stays the public count), fill (the public "
+            f"value schema.{col.name}.fill)"
+        )
+        if isinstance(col, CategoricalColumn):
+            rules += " or other (the catch-all category)"
         out.append(
             Diagnostic(
                 "E407",
                 f"column '{col.name}' has {issues.missing} missing value(s), the first at row "
                 f"{issues.missing_first_row}",
                 pos(issues.missing_first_row),
-                f"set schema.{col.name}.missing to drop, fill or other, or fix the data",
+                f"set schema.{col.name}.missing to {rules}, or fix the data",
+                private=True,
             )
         )
     return out
+
+
+def _listed(issues: ColumnIssues) -> str:
+    """The offending values with their row counts (curator-only ``Diagnostic.values``)."""
+    listed = ", ".join(f"{v!r} ({_rows(c)}, first at row {r})" for v, c, r in issues.examples)
+    more = issues.invalid_distinct - len(issues.examples)
+    return "values: " + listed + (f" and {more} more value(s)" if more > 0 else "")
+
+
+def _which(count: int) -> str:
+    return "at" if count == 1 else "e.g."
 
 
 def _rows(count: int) -> str:
@@ -223,18 +258,27 @@ def _rows(count: int) -> str:
 def column_set_diagnostics(
     present: list[str], domain: Domain, source: str
 ) -> tuple[list[Diagnostic], tuple[str, ...]]:
-    """E404 for declared columns the data lacks; returns the undeclared (ignored) ones too."""
+    """E404 for declared columns the data lacks; returns the undeclared (ignored) ones too.
+
+    The data's other column names stay out of the message and hint (they are outside the
+    schema); the closest one goes to the curator-only ``values``."""
     extra = tuple(c for c in present if c not in domain)
-    out = [
-        Diagnostic(
-            "E404",
-            f"the data has no column '{name}' declared in the schema",
-            SourcePos(source, 1 if extra or present else 0),
-            did_you_mean(name, extra) or "add the column to the data or remove it from the schema",
+    out = []
+    for name in domain.names:
+        if name in present:
+            continue
+        close = difflib.get_close_matches(name, extra, n=1, cutoff=0.6)
+        out.append(
+            Diagnostic(
+                "E404",
+                f"the data has no column '{name}' declared in the schema",
+                SourcePos(source, 1 if extra or present else 0),
+                "add the column to the data or remove it from the schema (header names must "
+                "match exactly, up to surrounding spaces)",
+                private=True,
+                values=f"closest data column: {close[0]!r}" if close else None,
+            )
         )
-        for name in domain.names
-        if name not in present
-    ]
     return out, extra
 
 

@@ -13,6 +13,12 @@ and exits with status 1. Bugs in dpql itself are *not* diagnostics: they surface
 :class:`InternalError` and the CLI says so plainly.
 
 Codes are stable identifiers (documented in ``spec/language.md``); tests match on them.
+
+Diagnostics about the private data (``private=True``: the data layer, E4xx) name the file, the row
+and the column but never a cell's value, and their source line is never quoted (a data line holds
+private cells, and cells of columns outside the schema). Values and other data-derived text a
+curator may want to see (an engine's own message, which can quote cells) go to ``values``, which
+is rendered only when asked (``dpql compile --show-values``, the curator's own terminal).
 """
 
 from __future__ import annotations
@@ -24,6 +30,19 @@ from pathlib import Path
 from typing import Literal
 
 Severity = Literal["error", "warning"]
+
+#: Most characters of a message or hint shown; longer ones (an echoed cell or name) are cut.
+MAX_MESSAGE_CHARS = 500
+#: Most characters of the offending source line shown, in a window around the caret.
+MAX_SOURCE_CHARS = 160
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (the cut marked with '...'), so that a diagnostic
+    echoing user input (a 1 MB cell, a 5,000-digit number) stays one screen long."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: max(limit - 30, 1)]}... ({len(text):,} characters)"
 
 
 @dataclass(frozen=True)
@@ -45,15 +64,22 @@ class Diagnostic:
     pos: SourcePos | None = None
     hint: str | None = None
     severity: Severity = "error"
+    # About private data: the source line at ``pos`` is never quoted (see the module docstring).
+    private: bool = False
+    # Offending private values (or an engine's message that may quote them): CURATOR-ONLY,
+    # rendered only with ``show_values``; kept out of ``repr`` so logged exceptions omit it.
+    values: str | None = field(default=None, repr=False)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self, show_values: bool = False) -> dict[str, object]:
         out: dict[str, object] = {
             "code": self.code,
             "severity": self.severity,
-            "message": self.message,
-            "hint": self.hint,
+            "message": clip(self.message),
+            "hint": None if self.hint is None else clip(self.hint),
         }
         out.update(asdict(self.pos) if self.pos else {"file": None, "line": 0, "col": 0})
+        if show_values and self.values:
+            out["values"] = self.values
         return out
 
 
@@ -119,8 +145,11 @@ def _source_line(path: str, line: int) -> str | None:
     return lines[line - 1] if 0 < line <= len(lines) else None
 
 
-def render(diagnostic: Diagnostic, source: str | None = None) -> str:
-    """Render one diagnostic for a terminal (see the module docstring for the layout)."""
+def render(diagnostic: Diagnostic, source: str | None = None, show_values: bool = False) -> str:
+    """Render one diagnostic for a terminal (see the module docstring for the layout).
+
+    A private diagnostic's source line is never quoted; its ``values`` are appended to the
+    message only with ``show_values``."""
     pos = diagnostic.pos
     where = ""
     if pos is not None:
@@ -128,25 +157,41 @@ def render(diagnostic: Diagnostic, source: str | None = None) -> str:
         if pos.line:
             where += f":{pos.line}:{max(pos.col, 1)}"
         where += ": "
-    head = f"{where}{diagnostic.severity}[{diagnostic.code}]: {diagnostic.message}"
+    head = f"{clip(where, 300)}{diagnostic.severity}[{diagnostic.code}]: {clip(diagnostic.message)}"
+    if show_values and diagnostic.values:
+        head += f" [{diagnostic.values}]"
     out = [head]
-    if pos is not None and pos.line:
-        text = source.splitlines()[pos.line - 1] if source is not None else None
+    if pos is not None and pos.line and not diagnostic.private:
+        lines = source.splitlines() if source is not None else None
+        text = lines[pos.line - 1] if lines is not None and pos.line <= len(lines) else None
         if text is None:
             text = _source_line(pos.file, pos.line)
         if text is not None:
-            gutter = " " * len(str(pos.line))
-            width = max(1, (pos.end_col - pos.col) if pos.end_col > pos.col else 1)
-            out.append(f"  {pos.line} | {text}")
-            out.append(f"  {gutter} | {' ' * (max(pos.col, 1) - 1)}{'^' * width}")
+            out.extend(_quote(text, pos))
     if diagnostic.hint:
-        out.append(f"  = hint: {diagnostic.hint}")
+        out.append(f"  = hint: {clip(diagnostic.hint)}")
     return "\n".join(out)
 
 
-def render_all(diagnostics: Sequence[Diagnostic]) -> str:
-    return "\n".join(render(d) for d in diagnostics)
+def _quote(text: str, pos: SourcePos) -> list[str]:
+    """The source line and its caret; a long line is shown in a window around the caret."""
+    gutter = " " * len(str(pos.line))
+    col = max(pos.col, 1)
+    width = max(1, (pos.end_col - pos.col) if pos.end_col > pos.col else 1)
+    if len(text) > MAX_SOURCE_CHARS:
+        start = max(0, min(col - 1 - MAX_SOURCE_CHARS // 4, len(text) - MAX_SOURCE_CHARS))
+        lead = "..." if start else ""
+        tail = "..." if start + MAX_SOURCE_CHARS < len(text) else ""
+        text = lead + text[start : start + MAX_SOURCE_CHARS] + tail
+        col = col - start + len(lead)
+        width = max(1, min(width, len(lead) + MAX_SOURCE_CHARS - (col - 1)))
+    return [f"  {pos.line} | {text}", f"  {gutter} | {' ' * (col - 1)}{'^' * width}"]
 
 
-def to_json(diagnostics: Sequence[Diagnostic]) -> str:
-    return json.dumps({"diagnostics": [d.to_json() for d in diagnostics]}, indent=2)
+def render_all(diagnostics: Sequence[Diagnostic], show_values: bool = False) -> str:
+    return "\n".join(render(d, show_values=show_values) for d in diagnostics)
+
+
+def to_json(diagnostics: Sequence[Diagnostic], show_values: bool = False) -> str:
+    items = [d.to_json(show_values) for d in diagnostics]
+    return json.dumps({"diagnostics": items}, indent=2)

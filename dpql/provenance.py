@@ -10,16 +10,31 @@ their noisy answers, denoised targets and synthetic values before / after; Wang 
 the requirement reports (``requirements``: per requirement the noisy real value, its sd, the
 tolerance, the synthetic value before / after post-processing and the verdict; for model tests
 also the metric, the test's rho and the excess-risk *bound* of Zhou et al. 2024 where one
-applies; see :mod:`dpql.accept`), the output's sha256 and row count, and timings.
+applies; see :mod:`dpql.accept`), and the output's sha256 and row count.
 
 Nothing in a record is derived from private data except DP outputs (ledger events carry only
-public calibration values). The curator-only facts (true row count, clip counts, the data
-file's hash) go to a separate ``*.curator.json`` that must not be published. The schema forbids
-unknown keys, so a field added without a schema change fails ``dpql verify``.
+public calibration values). In particular it holds no timings: how long loading and measuring
+took scales with the data file's real size, not the public ``rows``. The curator-only facts (true
+row count, clip counts, a keyed HMAC of the data file, the stage timings) go to a separate
+curator file (:mod:`dpql.curator`) that must not be published. The schema forbids unknown keys,
+so a field added without a schema change fails ``dpql verify``.
 
 ``verify_record`` validates the record against the schema, recomputes the accounting and the
 hashes; any mismatch is reported. Version history: 1 (no ``postprocess`` section, model tests
-reported as ``real`` / ``synthetic``), 2 (this layout).
+reported as ``real`` / ``synthetic``), 2 and 3 (with ``timings_s``), 4 (no timings: they moved to
+the curator file; ``spent.rho`` is null unless every event is zCDP; ``privacy.rdp`` holds the
+release's RDP curve for lifetime composition; external events state their neighbouring relation
+and declared budget).
+
+Accounting in the record. ``privacy.spent`` is the (epsilon, delta) recomputed from the events
+(:func:`dpql.privacy.accountant.epsilon_from_events`). ``spent.rho`` is the zCDP rho of the
+release only when every event is zCDP (Gaussian, Gumbel top-k); with a DP-SGD or external event
+it is null, since no rho describes the release. ``privacy.rdp`` is the RDP curve of the
+non-external events (``orders``, ``epsilons``: RDP epsilon at each order, finite orders only) and
+the external (epsilon, delta) composed on top by basic composition (``external_epsilon``,
+``external_delta``, already converted to replace-one); converting the curve at ``spent.delta -
+external_delta`` and adding ``external_epsilon`` gives ``spent.epsilon``. ``dpql check`` composes
+releases from these curves (:mod:`dpql.check`).
 """
 
 from __future__ import annotations
@@ -34,10 +49,10 @@ from pathlib import Path
 from typing import Any
 
 from dpql import __version__
-from dpql.privacy.accountant import epsilon_from_events
+from dpql.privacy.accountant import AccountingResult, epsilon_from_events, epsilon_from_rdp
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 DEPENDENCIES = ("jax", "jaxlib", "optax", "dp-accounting", "numpy", "pandas", "lark", "pydantic")
 EPS_TOLERANCE = 1e-9
 
@@ -77,7 +92,6 @@ def build_record(
     requirements: list[Mapping[str, Any]],
     output_path: Path,
     output_rows: int,
-    timings: Mapping[str, float],
     created: str,
     postprocess: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -89,6 +103,8 @@ def build_record(
     """
     delta = float(budget["delta"])
     accounted = epsilon_from_events(ledger.events, delta)
+    # rho only when every event is zCDP: DP-SGD and external events have none (issue 14 item 5)
+    spent = {"epsilon": accounted.epsilon, "delta": delta, "rho": accounted.rho}
     return {
         "dpql_provenance": RECORD_VERSION,
         "dpql_version": __version__,
@@ -99,7 +115,8 @@ def build_record(
         "plan_sha256": plan_sha256,
         "privacy": {
             "budget": dict(budget),
-            "spent": {"epsilon": accounted.epsilon, "delta": delta, "rho": ledger.total_rho()},
+            "spent": spent,
+            "rdp": accounted.curve,
             "accountant": "dp-accounting RDP (zCDP events as Gaussian RDP curves)",
             "neighbouring": "replace-one, public row count",
             "events": [e.to_json() for e in ledger.events],
@@ -112,7 +129,6 @@ def build_record(
             "sha256": sha256_file(output_path),
             "rows": output_rows,
         },
-        "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
 
 
@@ -174,6 +190,7 @@ def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> l
         )
     if float(spent["delta"]) > float(budget["delta"]):
         problems.append(VerifyProblem("V012", "spent delta exceeds the budget"))
+    problems += _rho_and_curve_problems(accounted, spent, privacy["rdp"])
     if sha256_json(record.get("spec")) != record.get("spec_sha256"):
         problems.append(VerifyProblem("V020", "the spec in the record does not match spec_sha256"))
     if synthetic is not None:
@@ -186,6 +203,56 @@ def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> l
                 )
             )
     return problems
+
+
+def _rho_and_curve_problems(
+    accounted: AccountingResult, spent: Mapping[str, Any], stored: Mapping[str, Any]
+) -> list[VerifyProblem]:
+    """``V013``: ``spent.rho`` is not the recomputed rho (null unless every event is zCDP).
+    ``V014``: the stored RDP curve is not the one the events give, or does not convert to
+    ``spent.epsilon``."""
+    out: list[VerifyProblem] = []
+    rho, recorded = accounted.rho, spent.get("rho")
+    if (rho is None) != (recorded is None) or (
+        rho is not None and not math.isclose(rho, float(recorded), rel_tol=1e-9, abs_tol=0)
+    ):
+        why = "null: some event is not zCDP" if rho is None else f"{rho:.12g}"
+        out.append(VerifyProblem("V013", f"rho recomputed is {why}, the record says {recorded}"))
+    expected = accounted.curve
+    orders, epsilons = list(stored["orders"]), list(stored["epsilons"])
+    # orders within 1e-9 relative: the grid holds the zCDP optimum, found by root finding
+    same = (
+        len(orders) == len(epsilons) == len(expected["orders"])
+        and all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=0)
+            for a, b in zip(orders, expected["orders"], strict=True)
+        )
+        and all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+            for a, b in zip(epsilons, expected["epsilons"], strict=True)
+        )
+        and all(
+            math.isclose(float(stored[k]), float(expected[k]), rel_tol=1e-12, abs_tol=0)
+            for k in ("external_epsilon", "external_delta")
+        )
+    )
+    if not same:
+        out.append(
+            VerifyProblem("V014", "the RDP curve in the record is not the one its events give")
+        )
+        return out
+    rdp_delta = float(spent["delta"]) - float(stored["external_delta"])
+    if orders and rdp_delta > 0:
+        eps = epsilon_from_rdp(orders, epsilons, rdp_delta)[0] + float(stored["external_epsilon"])
+        if not math.isclose(eps, float(spent["epsilon"]), rel_tol=0, abs_tol=EPS_TOLERANCE):
+            out.append(
+                VerifyProblem(
+                    "V014",
+                    f"the record's RDP curve converts to epsilon {eps:.12g}, the record says "
+                    f"{float(spent['epsilon']):.12g}",
+                )
+            )
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,6 +354,13 @@ def _defs() -> dict[str, Any]:
             "noise_multiplier": _NONNEG,
             "epsilon": _NONNEG,
             "delta": _NONNEG,
+            "neighbouring": {
+                "enum": ["replace_one", "add_remove"],
+                "description": "external events: the relation the declared guarantee holds "
+                "under; epsilon and delta are its replace-one conversion (charged).",
+            },
+            "declared_epsilon": _NONNEG,
+            "declared_delta": _NONNEG,
         },
         ["phase", "mechanism", "label", "count"],
     )
@@ -353,6 +427,31 @@ def record_schema() -> dict[str, Any]:
     settings and fit metrics) sections are checked for their required keys only.
     """
     budget = _object({"epsilon": _NONNEG, "delta": _NONNEG, "rho": _NONNEG})
+    spent = _object(
+        {
+            "epsilon": _NONNEG,
+            "delta": _NONNEG,
+            "rho": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "description": "zCDP rho of the release; null unless every event is zCDP "
+                "(Gaussian, Gumbel top-k).",
+            },
+        }
+    )
+    curve = _object(
+        {
+            "orders": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 1}},
+            "epsilons": {"type": "array", "items": _NONNEG},
+            "external_epsilon": _NONNEG,
+            "external_delta": _NONNEG,
+        }
+    )
+    curve["description"] = (
+        "The release's RDP curve (RDP epsilon at each order) of its non-external events, and "
+        "the external (epsilon, delta) (replace-one) added by basic composition; lifetime "
+        "composition sums curves order by order."
+    )
     sha = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -370,7 +469,8 @@ def record_schema() -> dict[str, Any]:
                 "privacy": _object(
                     {
                         "budget": budget,
-                        "spent": budget,
+                        "spent": spent,
+                        "rdp": curve,
                         "accountant": {"type": "string"},
                         "neighbouring": {"type": "string"},
                         "events": {"type": "array", "items": {"$ref": "#/$defs/event"}},
@@ -395,7 +495,6 @@ def record_schema() -> dict[str, Any]:
                 "output": _object(
                     {"file": {"type": "string"}, "sha256": sha, "rows": {"type": "integer"}}
                 ),
-                "timings_s": {"type": "object", "additionalProperties": _NONNEG},
             }
         ),
         "$defs": _defs(),

@@ -14,7 +14,7 @@ import yaml
 
 from dpql.domain import CategoricalColumn, Column, Domain, NumericColumn, numeric_edges
 
-ADULT_SPEC = Path("/work/shared/spec-examples/adult.release.yaml")
+ADULT_SPEC = Path(__file__).resolve().parents[1] / "examples" / "adult" / "adult.release.yaml"
 
 
 @cache

@@ -12,17 +12,20 @@ from pathlib import Path
 import pytest
 
 from dpql.check import (
+    RdpCurve,
     ReleaseBudget,
     ReleaseRecord,
     append_release,
     check_policy,
     lifetime_budget,
+    planned_curve,
     read_ledger,
     release_record,
     zcdp_epsilon,
 )
 from dpql.diagnostics import DiagnosticError, InternalError
 from dpql.domain import Domain, NumericColumn
+from dpql.privacy.accountant import eps_from_rho
 from dpql.spec import LoadedPolicy, LoadedSpec, load_policy, load_spec
 
 CORPUS = Path(__file__).parent / "specs"
@@ -53,13 +56,16 @@ def _codes(spec: LoadedSpec, policy: LoadedPolicy, **kw: float) -> list[str]:
     return [v.code for v in check_policy(spec, policy, **kw)]
 
 
-def _record(epsilon: float, rho: float | None = None, delta: float = 1e-9) -> ReleaseRecord:
+def _record(
+    epsilon: float, rho: float | None = None, delta: float = 1e-9, rdp: RdpCurve | None = None
+) -> ReleaseRecord:
     return ReleaseRecord(
         name="r",
         spec_sha256="0" * 64,
         epsilon=epsilon,
         delta=delta,
         rho=rho,
+        rdp=rdp,
         time="2024-05-01T00:00:00+00:00",
     )
 
@@ -120,15 +126,20 @@ def test_lifetime_budget_uses_basic_composition(tmp_path: Path) -> None:
     assert check_policy(spec, policy, ledger_path=other) == []  # an explicit ledger wins
 
 
-def test_zcdp_composition_is_reported_not_enforced() -> None:
-    records = [_record(1.0, rho=0.01), _record(1.0, rho=0.01)]
-    this = ReleaseBudget(epsilon=1.0, delta=1e-9, rho=0.01)
-    budget = lifetime_budget(2.5, records, this)
-    assert budget.total_epsilon == pytest.approx(3.0) and budget.exceeded
-    assert budget.zcdp_total_epsilon == pytest.approx(zcdp_epsilon(0.03, 3e-9))
-    assert budget.zcdp_total_epsilon < budget.total_epsilon  # the tighter alternative
-    assert "not enforced" in budget.describe()
-    assert lifetime_budget(9.0, [*records, _record(1.0)], this).zcdp_total_epsilon is None
+def test_lifetime_composes_rdp_curves_not_rhos() -> None:
+    rho, delta = 0.01, 1e-9
+    eps = eps_from_rho(rho, delta)
+    curve = planned_curve(rho, delta)
+    this = ReleaseBudget(epsilon=eps, delta=delta, rho=rho, rdp=curve)
+    records = [_record(eps, rho=rho, rdp=curve), _record(eps, rho=rho, rdp=curve)]
+    budget = lifetime_budget(2.5 * eps, records, this)
+    assert budget.basic_epsilon == pytest.approx(3 * eps) and not budget.exceeded
+    assert eps_from_rho(3 * rho, delta) <= budget.total_epsilon < 2.5 * eps
+    assert "RDP composition" in budget.describe()
+    # records with only a rho (no curve) compose by basic composition: rho is never trusted
+    bare = [_record(eps, rho=rho), _record(eps, rho=rho)]
+    assert lifetime_budget(2.5 * eps, bare, this).total_epsilon == pytest.approx(3 * eps)
+    assert lifetime_budget(2.5 * eps, bare, this).exceeded
 
 
 def test_zcdp_conversion_matches_the_closed_form() -> None:

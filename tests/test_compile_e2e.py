@@ -52,8 +52,22 @@ def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys
     phases = {e["phase"] for e in record["privacy"]["events"]}
     assert {"rap.measure", "rap.select", "iproj.measure", "accept"} <= phases
     assert len(record["requirements"]) == 3
-    # nothing private in the public record: the true row count lives in the curator file only
-    assert (out / "adult_synthetic.provenance.curator.json").exists()
+    # nothing private in the public record: the true row count lives in the curator file only,
+    # which is kept away from the published outputs
+    curator = small_release.parent / "curator" / "adult_synthetic.CURATOR-ONLY.json"
+    assert curator.exists() and sorted(p.name for p in out.iterdir()) == [
+        "adult_synthetic.csv",
+        "adult_synthetic.provenance.json",
+    ]
+    assert "timings_s" not in record and "timings_s" in json.loads(curator.read_text())
+    # published outputs are readable by others (0666 less the umask); the curator file is not
+    from dpql.compile import public_mode
+
+    assert [p.stat().st_mode & 0o777 for p in (table, record_path, curator)] == [
+        public_mode(),
+        public_mode(),
+        0o600,
+    ]
     assert main(["verify", str(record_path), "--synthetic", str(table)]) == 0
     table.write_text(table.read_text().replace("Male", "Female", 1))
     assert main(["verify", str(record_path), "--synthetic", str(table)]) == 1
@@ -80,8 +94,11 @@ def test_bad_data_is_a_clear_error(small_release: Path, capsys):
     df.loc[5, "race"] = "Martian"
     df.to_csv(data, index=False)
     assert main(["compile", str(small_release), "--quiet"]) == 1
-    err = capsys.readouterr().err
-    assert "Martian" in err and "race" in err and "Traceback" not in err
+    err = capsys.readouterr().err  # the file, row and column; the value only on request
+    assert "Martian" not in err and "'race'" in err and "row 6" in err
+    assert "train.csv:7:" in err and "Traceback" not in err
+    assert main(["compile", str(small_release), "--quiet", "--show-values"]) == 1
+    assert "Martian" in capsys.readouterr().err
 
 
 def test_readme_test_command_is_what_ci_runs():

@@ -24,6 +24,7 @@ DOMAIN = Domain(
     )
 )
 CSV = "x,c\n1,a\n7, b\n10,a\n"
+ADULT_TRAIN = Path(__file__).resolve().parents[1] / "examples" / "adult" / "adult_train.csv.gz"
 
 
 def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
@@ -122,7 +123,7 @@ def test_rules_from_spec() -> None:
 
 
 def test_adult_train_loads_without_problems() -> None:
-    r = load_table("/work/shared/data/adult/adult_train.csv", adult_domain())
+    r = load_table(ADULT_TRAIN, adult_domain())
     assert r.table.n == adult_rows() == r.curator_log.rows_kept
     assert not (r.curator_log.missing or r.curator_log.undeclared or r.curator_log.clipped_low)
     assert np.all(r.table.scaled["age"] <= 1.0)

@@ -15,7 +15,7 @@ from dpql.data.engines import InMemoryEngine
 from dpql.data.measure import PrivateMeasurer
 from dpql.diagnostics import InternalError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
-from dpql.plan.ir import CatIn, Count, Marginal, Moment, NumCmp, Query
+from dpql.plan.ir import CatIn, Count, Marginal, Moment, NumCmp, Query, query_grid
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gumbel_beta
 from dpql.privacy.noise import NoiseSource
@@ -63,7 +63,8 @@ def make(seed: int = 0) -> tuple[PrivateMeasurer, CountingEngine, Ledger]:
 
 
 def exact(engine: InMemoryEngine, queries: Sequence[Query]) -> list[np.ndarray]:
-    return [s / PUBLIC_N for s in InMemoryEngine.sums(engine, queries)]
+    sums = InMemoryEngine.sums(engine, queries)
+    return [s * query_grid(q) / PUBLIC_N for q, s in zip(queries, sums, strict=True)]
 
 
 def test_measure_appends_one_gaussian_event_with_the_concatenated_sensitivity() -> None:
@@ -96,6 +97,19 @@ def test_measure_is_unbiased_with_the_calibrated_spread_and_uses_the_public_n() 
     # the all-rows moment averages over the public n, not the true count
     assert truth[-1] == TRUE_ROWS / PUBLIC_N
     assert abs(draws[:, -1].mean() - 1.0) > 50 * sigma / math.sqrt(reps)
+
+
+def test_published_answers_are_whole_grid_steps_over_the_public_n() -> None:
+    """Exact discrete noise: answer * n / grid is an integer for every published value, so a
+    value carries no float bits beyond its noisy integer (float Gaussian samples do)."""
+    m, _, _ = make(seed=3)
+    for _ in range(20):
+        out = m.measure(QUERIES, 0.5, phase="m", label="r", scales=[1.0, 2.0, 0.5, 3.0])
+        for q, a in zip(QUERIES, out, strict=True):
+            # the published double is the one nearest k * grid / n for an integer k
+            k = np.rint(a * PUBLIC_N / query_grid(q))
+            np.testing.assert_array_equal(a, k * query_grid(q) / PUBLIC_N)
+    assert query_grid(QUERIES[0]) == 1.0 and query_grid(QUERIES[2]) == 2.0**-20
 
 
 def test_exact_answers_are_computed_once_per_distinct_query() -> None:

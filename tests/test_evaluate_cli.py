@@ -79,3 +79,50 @@ def test_evaluate_rejects_unknown_label(spec: Path, capsys: pytest.CaptureFixtur
     (d,) = json.loads(capsys.readouterr().out)["diagnostics"]
     assert d["code"] == "E601" and "did you mean 'a'" in d["hint"]
     assert not (spec.parent / "r").exists()  # nothing written
+
+
+def test_default_report_is_curator_only_beside_the_release(
+    spec: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --output: the report goes beside the curator-only file (curator/ next to the spec),
+    never into the current folder or the published out/; private modes (0700 / 0600)."""
+    from dpql.cli import main
+
+    cwd = tmp_path / "elsewhere"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    argv = ["evaluate", str(spec), "--synthetic", str(spec.parent / "synthetic.csv")]
+    assert main([*argv, "--format", "json"]) == 0
+    report = spec.parent / "curator" / "synthetic.CURATOR-ONLY-report"
+    assert json.loads(capsys.readouterr().out)["report"] == str(report / "index.html")
+    assert not any(cwd.iterdir()) and not (spec.parent / "out").exists()
+    files = sorted(report.iterdir())
+    assert {"index.html", "summary.json"} <= {f.name for f in files}
+    assert all(f.stat().st_mode & 0o777 == 0o600 for f in files)
+    for folder in (report, report.parent):
+        assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(
+    spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Logs and CI get plain progress lines: each long step's start and end, with times."""
+    import io
+
+    from dpql.cli import main
+    from dpql.evaluate.cli import plain_progress
+
+    argv = ["evaluate", str(spec), "--synthetic", str(spec.parent / "synthetic.csv")]
+    assert main([*argv, "--output", str(spec.parent / "r")]) == 0
+    err = capsys.readouterr().err
+    for step in ("workload", "train on synthetic, test on real", "dimension-wise prediction"):
+        assert f"evaluate: {step} " in err, err
+    assert "evaluate: dimension-wise prediction 6/6, " in err  # 3 columns x (real, synthetic)
+    stream = io.StringIO()
+    update, _ = plain_progress(stream, every=3600)
+    for done in range(11):
+        update("step", done, 10)
+    update("step", 10, 10)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("evaluate: step 0/10, ")
+    assert lines[1].startswith("evaluate: step 10/10, ")

@@ -74,3 +74,30 @@ def test_smoothed_kl_matches_the_papers_collapsed_race_value():
     assert metrics.jensen_shannon(p, collapsed) == pytest.approx(0.0531, abs=1e-3)
     # A small, fully supported perturbation costs far less than a collapse.
     assert metrics.smoothed_kl(p, 0.9 * p + 0.1 / 5) < 0.05
+
+
+def test_dimension_wise_prediction_threads_and_row_cap(tables):
+    """Fitting on several threads gives the same scores; a row cap fits on a seeded sample."""
+    train, test = tables
+    shuffled = independent_columns(train, 2)
+    calls: list[tuple[int, int]] = []
+    one = metrics.dimension_wise_prediction(train, test, shuffled, 3)
+    two = metrics.dimension_wise_prediction(
+        train, test, shuffled, 3, workers=2, progress=lambda d, t: calls.append((d, t))
+    )
+    assert one == two
+    assert sorted(calls) == [(i, 8) for i in range(1, 9)]  # 2 models per column, 4 columns
+    assert metrics.dimension_wise_prediction(train, test, shuffled, 3, max_train_rows=600) == one
+    sample = metrics.sample_rows(train, 200, seed=5)
+    assert sample.n == 200 and metrics.sample_rows(train, 200, seed=5).codes["a"].tolist() == (
+        sample.codes["a"].tolist()
+    )
+    capped = metrics.dimension_wise_prediction(train, test, shuffled, 3, max_train_rows=200)
+    assert capped != one and capped[0].real > 0.8  # still learns a from b on 200 rows
+
+
+def test_row_cap_keeps_identical_tables_identical(tables):
+    train, test = tables
+    scores = metrics.dimension_wise_prediction(train, test, train, 1, max_train_rows=300)
+    assert all(s.real == s.synthetic for s in scores)
+    assert metrics.mean_distance_to_diagonal(scores) == 0.0

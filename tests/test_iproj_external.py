@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import math
 import re
 from pathlib import Path
 
@@ -77,6 +78,17 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys) -> None:
 
     # post-processing moved the uniform table toward every measured requirement
     post = record["postprocess"]
+    # exact discrete noise: every published measure is a whole number of grid steps over n
+    from dpql.plan.ir import query_grid
+    from dpql.plan.planner import build_plan
+    from dpql.spec.load import load_spec
+
+    plan = build_plan(load_spec(spec))
+    assert len(plan.measures.queries) == len(post["noisy"])
+    for q, value in zip(plan.measures.queries, post["noisy"], strict=True):
+        # the published double is the one nearest k * grid / n for an integer k
+        k = round(value * 32561 / query_grid(q))
+        assert value == k * query_grid(q) / 32561, (q, value)
     assert post["kkt_violation"] <= 1e-6 and not [d for d in post["diagnostics"] if d["code"] == "W505"]
     corr, mean, count, logit = record["requirements"]
     for r in (mean, count):  # far from the truth before (uniform columns), close after
@@ -107,3 +119,25 @@ def test_external_budget_must_leave_room_for_post_processing(tmp_path: Path, cap
     spec.write_text(spec.read_text().replace("epsilon: 2.0", f"epsilon: {epsilon}"))
     assert main(["plan", str(spec)]) == 1
     assert "error[E150]" in capsys.readouterr().err
+
+
+def test_add_remove_budget_is_charged_as_replace_one_end_to_end(tmp_path: Path) -> None:
+    """A guarantee declared under add/remove is charged as (2e, (1 + e^e) d) under replace-one;
+    the record keeps both, verifies, and the lifetime ledger line carries the RDP curve."""
+    spec = _spec_in(tmp_path)
+    spec.write_text(spec.read_text().replace("neighbouring: replace_one", "neighbouring: add_remove"))
+    ledger = tmp_path / "ledger.jsonl"
+    assert main(["compile", str(spec), "--seed", "0", "--quiet", "--ledger", str(ledger)]) == 0
+    out = tmp_path / "out"
+    record_path = out / "adult_external_synthetic.provenance.json"
+    record = json.loads(record_path.read_text())
+    ext = record["privacy"]["events"][0]
+    assert ext["neighbouring"] == "add_remove"
+    assert (ext["declared_epsilon"], ext["declared_delta"]) == (0.5, 1e-10)
+    assert ext["epsilon"] == 1.0 and ext["delta"] == pytest.approx((1 + math.exp(0.5)) * 1e-10, rel=1e-14)
+    spent = record["privacy"]["spent"]
+    assert spent["rho"] is None and spent["epsilon"] <= 2.0 + 1e-9
+    assert record["privacy"]["rdp"]["external_epsilon"] == 1.0
+    assert main(["verify", str(record_path)]) == 0
+    (line,) = [json.loads(t) for t in ledger.read_text().splitlines()]
+    assert line["rho"] is None and line["rdp"] == record["privacy"]["rdp"]

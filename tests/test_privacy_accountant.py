@@ -104,7 +104,9 @@ def test_external_tables_add_by_basic_composition() -> None:
     sigma = gaussian_sigma(1.0, 0.1)
     events = [
         PrivacyEvent("iproj.measure", "gaussian", "m", 1, 1.0, noise_scale=sigma, rho=0.1),
-        PrivacyEvent.external("accept.test", "holdout", epsilon=0.5, delta=1e-7),
+        PrivacyEvent.external(
+            "accept.test", "holdout", epsilon=0.5, delta=1e-7, neighbouring="replace_one"
+        ),
     ]
     result = epsilon_from_events(events, 1e-6)
     assert result.epsilon == pytest.approx(eps_from_rho(0.1, 1e-6 - 1e-7) + 0.5, abs=1e-9)

@@ -30,14 +30,18 @@ def _release(ledger: Ledger, seed: int = 0) -> None:
     kw = {"noise": noise, "ledger": ledger}
     gumbel_top_k(np.arange(10.0), 2e-3, 3, 0.004, phase="rap.select", label="round 1", **kw)
     gaussian_mechanism(
-        np.zeros(12), math.sqrt(2) * 1e-3, 0.003, phase="rap.measure", label="m", **kw
+        [np.zeros(12)], [1000.0], math.sqrt(2) * 1e-3, 0.003, phase="rap.measure", label="m", **kw
     )
     ledger.append(
         PrivacyEvent.dpsgd(
             "gan.critic", "critic", sampling_rate=0.004, noise_multiplier=7.5, steps=10
         )
     )
-    ledger.append(PrivacyEvent.external("accept.test", "public holdout", epsilon=0.1, delta=1e-9))
+    ledger.append(
+        PrivacyEvent.external(
+            "accept.test", "public holdout", epsilon=0.1, delta=1e-9, neighbouring="replace_one"
+        )
+    )
 
 
 def test_ledger_json_round_trip_and_recomputed_epsilon() -> None:
@@ -80,10 +84,12 @@ def test_rho_cap_refuses_before_anything_is_released() -> None:
     part = divide_rho(0.3, 3)
     noise = NoiseSource.for_testing(0)
     for _ in range(3):
-        gaussian_mechanism(np.zeros(2), 1.0, part, noise=noise, ledger=ledger, phase="p", label="q")
+        gaussian_mechanism(
+            [np.zeros(2)], [1.0], 1.0, part, noise=noise, ledger=ledger, phase="p", label="q"
+        )
     with pytest.raises(BudgetExceeded, match=r"requested rho=.*remaining rho=") as err:
         gaussian_mechanism(
-            np.zeros(2), 1.0, 1e-12, noise=noise, ledger=ledger, phase="p", label="q"
+            [np.zeros(2)], [1.0], 1.0, 1e-12, noise=noise, ledger=ledger, phase="p", label="q"
         )
     assert len(ledger) == 3 and err.value.requested == 1e-12 and err.value.remaining < 1e-12
 

@@ -7,7 +7,6 @@ bounds at P = 5e-7 each side, or p-value > 1e-6), with fixed seeds so a run is r
 from __future__ import annotations
 
 import copy
-import json
 import math
 import pickle
 
@@ -34,18 +33,32 @@ def _mech_kwargs(seed: int, ledger: Ledger | None = None) -> dict:
 
 
 def test_gaussian_mechanism_has_calibrated_sigma_and_logs_one_event() -> None:
-    size, l2, rho = 200_000, 0.01, 0.05
+    size, l2, rho, unit = 200_000, 0.01, 0.05, 2000.0
     kwargs = _mech_kwargs(1)
-    out = gaussian_mechanism(np.full(size, 0.3), l2, rho, **kwargs)
+    # one block of integer sums 600, released in units of 1/unit: sd sigma * unit steps
+    (out,) = gaussian_mechanism([np.full(size, 600.0)], [unit], l2, rho, **kwargs)
     sigma = l2 / math.sqrt(2 * rho)
-    resid = out - 0.3
-    # (n-1) s^2 / sigma^2 ~ chi2(n-1); the mean ~ N(0, sigma^2/n)
+    assert out.dtype == np.int64
+    resid = (out - 600) / unit
+    # at sigma * unit = 44.7 steps the discrete Gaussian's variance is sigma^2 to 1e-300;
+    # (n-1) s^2 / sigma^2 ~ chi2(n-1) to within the (negligible) kurtosis difference
     chi = (size - 1) * resid.var(ddof=1) / sigma**2
     assert stats.chi2.ppf(TAIL, size - 1) < chi < stats.chi2.isf(TAIL, size - 1)
     assert abs(resid.mean()) < Z * sigma / math.sqrt(size)
     (event,) = kwargs["ledger"].events
     assert event.mechanism == "gaussian" and event.count == size
     assert event.noise_scale == pytest.approx(sigma, rel=1e-15) and event.rho == rho
+
+
+def test_gaussian_mechanism_gives_each_block_its_own_scale_and_refuses_fractions() -> None:
+    kwargs = _mech_kwargs(4)
+    a, b = gaussian_mechanism(
+        [np.zeros(50_000), np.zeros(50_000)], [100.0, 1000.0], 0.1, 0.5, **kwargs
+    )
+    # sigma = 0.1: sd 10 and 100 steps
+    assert a.std() == pytest.approx(10, rel=0.03) and b.std() == pytest.approx(100, rel=0.03)
+    with pytest.raises(ValueError, match="integer sums"):
+        gaussian_mechanism([np.array([0.5])], [1.0], 1.0, 0.5, **_mech_kwargs(0))
 
 
 def test_gaussian_sigma_matches_zcdp_definition() -> None:
@@ -124,21 +137,22 @@ def test_gumbel_top_k_never_picks_excluded_and_clips_k() -> None:
 
 def test_noise_source_seeding_and_secrecy() -> None:
     a, b = NoiseSource.for_testing(11), NoiseSource.for_testing(11)
-    assert a.reproducible and np.array_equal(a.gaussian(4, 1.0), b.gaussian(4, 1.0))
+    assert a.reproducible
+    assert np.array_equal(a.discrete_gaussian(3.0, 4), b.discrete_gaussian(3.0, 4))
     prod = default_noise()
     assert not prod.reproducible
-    assert not np.array_equal(prod.gaussian(4, 1.0), NoiseSource().gaussian(4, 1.0))
+    # production bits come from the OS CSPRNG, with no seed or generator state to leak
+    assert not hasattr(prod, "_generator")
+    assert not np.array_equal(prod.discrete_gaussian(1e6, 4), NoiseSource().discrete_gaussian(1e6, 4))
     seed = 987654321987654321
     assert str(seed) not in repr(NoiseSource.for_testing(seed))
-    entropy = str(prod._generator.bit_generator.seed_seq.entropy)
-    ledger = Ledger()
-    gaussian_mechanism(np.zeros(3), 1.0, 0.5, noise=prod, ledger=ledger, phase="p", label="x")
-    assert entropy not in repr(prod) and entropy not in json.dumps(ledger.to_json())
     for leak in (pickle.dumps, copy.copy, copy.deepcopy):
         with pytest.raises(TypeError):
             leak(prod)
     with pytest.raises(ValueError):
-        prod.gaussian(3, 0.0)
+        prod.discrete_gaussian(0.0, 3)
+    with pytest.raises(ValueError):
+        prod.discrete_gaussian(float("nan"), 3)
 
 
 def test_jax_key_is_fresh_and_reproducible_only_for_testing() -> None:
@@ -148,6 +162,7 @@ def test_jax_key_is_fresh_and_reproducible_only_for_testing() -> None:
         return jax.random.key_data(source.jax_key()).tolist()
 
     assert bits(NoiseSource.for_testing(7)) == bits(NoiseSource.for_testing(7))
+    assert len(bits(NoiseSource.for_testing(7))) == 4  # 128 key bits (rbg)
     prod = NoiseSource()
     assert bits(prod) != bits(prod)
     assert jax.random.normal(prod.jax_key(), (3,)).shape == (3,)

@@ -15,13 +15,11 @@ from dpql.domain import CategoricalColumn, NumericColumn, numeric_edges
 from dpql.spec import CODES, load_policy, load_spec, normalised_spec_json
 from dpql.spec.models import DEFAULT_BINS
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "spec-examples"
-ADULT = EXAMPLES / "adult.release.yaml"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ADULT = EXAMPLES / "adult" / "adult.release.yaml"
 POLICY = EXAMPLES / "policy.yaml"
 TINY = (Path(__file__).parent / "specs" / "range_share.release.yaml").read_text()
 TINY = TINY.replace("share: 1.5", "share: 0.2")  # the corpus' valid base spec
-
-pytestmark = pytest.mark.skipif(not ADULT.exists(), reason="shared spec examples not present")
 
 
 def _write(tmp_path: Path, text: str, name: str = "s.release.yaml") -> Path:
@@ -34,7 +32,7 @@ def test_adult_example_loads_unchanged() -> None:
     spec = load_spec(ADULT)
     assert spec.model.name == "adult-public" and spec.rows == 32561
     assert spec.warnings == ()
-    assert spec.data_path == (EXAMPLES / "../data/adult/adult_train.csv").resolve()
+    assert spec.data_path == (EXAMPLES / "adult" / "adult_train.csv.gz").resolve()
     assert spec.data_format == "csv"
     assert spec.model.privacy.epsilon == 1.0 and spec.model.privacy.delta == 1e-9
     assert len(spec.workload) == 4 and len(spec.requirements) == 3
@@ -100,7 +98,7 @@ def test_normalised_json_is_canonical() -> None:
     data = json.loads(text)
     assert [c["name"] for c in data["schema"]] == list(spec.model.columns)
     assert json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False) == text
-    assert data["data"]["path"] == "../data/adult/adult_train.csv"  # as written, not resolved
+    assert data["data"]["path"] == "adult_train.csv.gz"  # as written, not resolved
 
 
 def test_delta_not_below_inverse_rows_is_a_warning(tmp_path: Path) -> None:
@@ -138,7 +136,8 @@ def test_valid_variants_load(tmp_path: Path) -> None:
         ),
         "external": TINY.replace(
             "  method: rap\n  rows: 1000\n  options: {rounds: 5, queries_per_round: 10}",
-            "  method: external\n  path: ext.parquet\n  budget: {epsilon: 0.5, delta: 1e-10}",
+            "  method: external\n  path: ext.parquet\n"
+            "  budget: {epsilon: 0.5, delta: 1e-10, neighbouring: add_remove}",
         ),
         "no requirements": re.sub(r"requirements:\n  - .*\n", "requirements:\n", TINY),
         "parquet": TINY.replace("path: data.csv", "path: data.PQ"),

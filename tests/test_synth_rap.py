@@ -177,6 +177,46 @@ def test_rounding_integral_rows_reproduces_the_table():
         np.testing.assert_allclose(a, b, atol=1e-12)
 
 
+def test_rounding_keeps_independent_columns_independent():
+    """Relaxed rows whose columns are independent (every row the same product distribution)
+    must round to a table whose columns are independent, with each column's counts those of
+    the relaxed rows in expectation. Issue 19: one random shift per relaxed row, shared by
+    all columns, drew every column of a row at the same quantile (code correlations near 1)."""
+    domain = Domain(
+        (
+            *(CategoricalColumn(f"c{i}", tuple("abcde")) for i in range(4)),
+            NumericColumn("x", 0.0, 10.0, False, numeric_edges(0.0, 10.0, False, 6)),
+        )
+    )
+    layout = Layout.of(domain)
+    rng = np.random.default_rng(11)
+    probs = {c: rng.dirichlet(np.ones(s)) for c, s in zip(domain.names, layout.sizes, strict=True)}
+    m = 2000
+    logits = np.concatenate([np.log(probs[c]) for c in domain.names])
+    params = (
+        jnp.asarray(np.tile(logits, (m, 1)), jnp.float32),
+        jnp.asarray(rng.random((m, 1)), jnp.float32),
+    )
+    # one copy per relaxed row (where the shared shift coupled the columns), then 2-3 copies
+    for rows in (m, 5 * m // 2):
+        out = round_rows(layout, params, rows, seed=1)
+        codes = np.stack([out.codes[c] for c in domain.names]).astype(np.float64)
+        # Independent columns: each pairwise Pearson correlation is ~ N(0, 1/rows).
+        corr = np.corrcoef(codes)[np.triu_indices(len(domain.names), 1)]
+        assert np.max(np.abs(corr)) < 5 / math.sqrt(rows), corr
+        # Marginals: a relaxed row with c copies puts floor(c p) or ceil(c p) copies on each
+        # value (systematic sampling), c p in expectation, variance f (1 - f), f = frac(c p).
+        # (All rows share one distribution, so which rows get the extra copies is immaterial.)
+        copies = np.full(m, rows // m) + (np.arange(m) < rows % m)
+        for col in domain.names:
+            p = probs[col]
+            expect = rows * p
+            frac = np.outer(copies, p) % 1.0
+            sd = np.sqrt((frac * (1 - frac)).sum(axis=0))
+            got = np.bincount(out.codes[col], minlength=p.size)
+            assert np.all(np.abs(got - expect) <= 5 * sd + 1), (col, got, expect, sd)
+
+
 class ExactOracle:
     """A test oracle with negligible noise: answers exactly, selects the worst queries."""
 

@@ -113,12 +113,12 @@ def mst(
     d = len(attrs)
     # 1-way marginals, one Gaussian release of their concatenation at rho/3
     x1 = [_counts(data, (a,)) for a in attrs]
-    y1 = gaussian_mechanism(
-        np.concatenate(x1), SQRT2 * math.sqrt(d), rho / 3, noise=noise, ledger=ledger,
+    (y1,) = gaussian_mechanism(  # count vectors: integer sums, unit 1
+        [np.concatenate(x1)], [1.0], SQRT2 * math.sqrt(d), rho / 3, noise=noise, ledger=ledger,
         phase="mst.measure", label=f"{d} one-way marginals",
     )  # fmt: skip
     sigma = SQRT2 * math.sqrt(d) / math.sqrt(2 * rho / 3)  # = gaussian_sigma(...)
-    parts = np.split(y1, np.cumsum([v.size for v in x1])[:-1])
+    parts = np.split(y1.astype(np.float64), np.cumsum([v.size for v in x1])[:-1])
     cdata, log1, mapping = _compress_domain(data, sigma, dict(zip(attrs, parts, strict=True)))
     log(f"mst: sigma {sigma:.1f}, compressed domain {dict(cdata.domain.config)}")
     # selection: L1 error of every 2-way marginal under the 1-way model, Kruskal by EM
@@ -141,13 +141,13 @@ def mst(
     log(f"mst: tree selected in {time.perf_counter() - t:.1f}s: {tree}")
     # the tree's 2-way marginals, one Gaussian release at rho/3
     x2 = [_counts(cdata, e) for e in tree]
-    y2 = gaussian_mechanism(
-        np.concatenate(x2), SQRT2 * math.sqrt(d - 1), rho / 3, noise=noise, ledger=ledger,
+    (y2,) = gaussian_mechanism(  # count vectors: integer sums, unit 1
+        [np.concatenate(x2)], [1.0], SQRT2 * math.sqrt(d - 1), rho / 3, noise=noise, ledger=ledger,
         phase="mst.measure", label=f"{d - 1} two-way marginals",
     )  # fmt: skip
     sigma2 = SQRT2 * math.sqrt(d - 1) / math.sqrt(2 * rho / 3)
     log2 = [
-        LinearMeasurement(y, e, stddev=sigma2)
+        LinearMeasurement(y.astype(np.float64), e, stddev=sigma2)
         for e, y in zip(tree, np.split(y2, np.cumsum([v.size for v in x2])[:-1]), strict=True)
     ]
     t = time.perf_counter()
@@ -255,12 +255,12 @@ def aim(
     eps = math.sqrt(8 * 0.1 * rho / T)
     rho_used = len(oneway) * 0.5 / su**2
     x1 = [answers[cl] for cl in oneway]
-    y1 = gaussian_mechanism(
-        np.concatenate(x1), SQRT2 * math.sqrt(len(oneway)), rho_used, noise=noise,
+    (y1,) = gaussian_mechanism(  # count vectors: integer sums, unit 1
+        [np.concatenate(x1)], [1.0], SQRT2 * math.sqrt(len(oneway)), rho_used, noise=noise,
         ledger=ledger, phase="aim.measure", label=f"{len(oneway)} one-way marginals",
     )  # fmt: skip
     measurements = [
-        LinearMeasurement(y, cl, stddev=SQRT2 * su)
+        LinearMeasurement(y.astype(np.float64), cl, stddev=SQRT2 * su)
         for cl, y in zip(oneway, np.split(y1, np.cumsum([v.size for v in x1])[:-1]), strict=True)
     ]
     model = _estimate(data.domain, measurements, n, iters)
@@ -291,11 +291,11 @@ def aim(
         )  # fmt: skip
         cl = keys[int(pick[0])]
         x = answers[cl]
-        y = gaussian_mechanism(
-            x, SQRT2, rho_meas, noise=noise, ledger=ledger,
+        (y,) = gaussian_mechanism(
+            [x], [1.0], SQRT2, rho_meas, noise=noise, ledger=ledger,
             phase="aim.measure", label=f"round {t_round}: {cl}",
         )  # fmt: skip
-        measurements.append(LinearMeasurement(y, cl, stddev=sigma))
+        measurements.append(LinearMeasurement(y.astype(np.float64), cl, stddev=sigma))
         z = _model_marginal(model, cl)
         model = _estimate(data.domain, measurements, n, iters, warm_start=model)
         w = _model_marginal(model, cl)

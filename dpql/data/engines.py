@@ -28,6 +28,7 @@ other consumer of private rows.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -53,6 +54,7 @@ from dpql.codec import (
 )
 from dpql.data import sql
 from dpql.data.load import (
+    SHOW_MESSAGE,
     DataFormat,
     check_readable,
     csv_header,
@@ -64,7 +66,7 @@ from dpql.data.load import (
 )
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.exact import sums_all
+from dpql.plan.exact import grid_sums_all
 from dpql.plan.ir import Marginal, Query
 
 EngineName = Literal["auto", "memory", "duckdb", "spark"]
@@ -96,7 +98,10 @@ class MeasurementEngine(Protocol):
     def curator_log(self) -> CuratorLog: ...
 
     def sums(self, queries: Sequence[Query]) -> list[np.ndarray]:
-        """Per query, the sum over rows of its per-record vector (length ``q.cells``)."""
+        """Per query, the sum over rows of its per-record vector (length ``q.cells``) in whole
+        steps of the query's public grid (:func:`dpql.plan.ir.query_grid`): counts for
+        integer-valued queries, ``sum round(v(x) / 2^-k)`` for real-valued ones (rounded per
+        record, :func:`dpql.plan.exact.grid_sums_all`). Whole numbers, as float64."""
         ...
 
     def encoded_batches(self, rows: int = STREAM_ROWS) -> Iterator[EncodedTable]:
@@ -153,7 +158,7 @@ class InMemoryEngine:
         total = [np.zeros(q.cells(self._table.domain)) for q in queries]
         for start in range(0, self._table.n, self._chunk):
             part = self._table.slice(start, start + self._chunk)
-            for acc, s in zip(total, sums_all(queries, part), strict=True):
+            for acc, s in zip(total, grid_sums_all(queries, part), strict=True):
                 acc += s
         return total
 
@@ -264,7 +269,8 @@ class _SQLEngine:
         missing: Mapping[str, MissingPolicy],
         other: Mapping[str, str],
     ) -> ColumnIssues:
-        """The column's issues, with examples fetched only where they will be an error."""
+        """The column's issues, with examples fetched only where they will be an error (their
+        values reach only the curator-only ``Diagnostic.values``, see :mod:`dpql.codec`)."""
         n_missing, n_invalid = counts[0], counts[1]
         issues = ColumnIssues(name, missing=n_missing, invalid=n_invalid)
         if n_missing and missing.get(name, "error") == "error":
@@ -394,18 +400,22 @@ class DuckDBEngine(_SQLEngine):
         except DiagnosticError:
             raise
         except (duckdb.InvalidInputException, duckdb.IOException, duckdb.ConversionException) as e:
+            # DuckDB's message may quote a line or cell of the file: curator-only ``values``
             raise _ragged(path, fmt) or error(
                 "E409",
-                f"cannot read '{path}': {str(e).splitlines()[0]}",
+                f"cannot read '{path}' (DuckDB: {type(e).__name__})",
                 path,
-                "check that the file is valid CSV (UTF-8) or Parquet",
+                "check that the file is valid CSV (UTF-8) or Parquet; " + SHOW_MESSAGE,
+                _engine_message("DuckDB", str(e)),
             ) from None
         except duckdb.Error as e:  # out of memory or disk, mostly
             raise error(
                 "E410",
-                f"DuckDB failed on '{path}': {str(e).splitlines()[0]}",
+                f"DuckDB failed on '{path}' ({type(e).__name__})",
                 path,
-                "raise the engine's memory_limit or free space in the temporary directory",
+                "raise the engine's memory_limit or free space in the temporary directory; "
+                + SHOW_MESSAGE,
+                _engine_message("DuckDB", str(e)),
             ) from None
 
     def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
@@ -604,19 +614,23 @@ class SparkEngine(_SQLEngine):
         except DiagnosticError:
             raise
         except (PySparkException, Py4JJavaError) as e:
+            # Spark's message may quote a record of the file: curator-only ``values``
             text = _spark_message(e)
+            kind = _spark_kind(e, text)
             if any(k in text for k in ("MALFORMED", "FAILED_READ_FILE", "PATH_NOT_FOUND")):
                 raise _ragged(path, fmt) or error(
                     "E409",
-                    f"cannot read '{path}': {text}",
+                    f"cannot read '{path}' (Spark: {kind})",
                     path,
-                    "check that the file is valid CSV (UTF-8) or Parquet",
+                    "check that the file is valid CSV (UTF-8) or Parquet; " + SHOW_MESSAGE,
+                    _engine_message("Spark", text),
                 ) from None
             raise error(
                 "E410",
-                f"Spark failed on '{path}': {text}",
+                f"Spark failed on '{path}' ({kind})",
                 path,
-                "raise the driver memory or free space in the temporary directory",
+                "raise the driver memory or free space in the temporary directory; " + SHOW_MESSAGE,
+                _engine_message("Spark", text),
             ) from None
 
     def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
@@ -721,6 +735,26 @@ def _marginal_counts(
 def _ragged(path: Path, fmt: DataFormat) -> DiagnosticError | None:
     """Where a CSV the engine could not parse goes wrong (its messages carry no line)."""
     return ragged_row_error(path) if fmt == "csv" else None
+
+
+def _engine_message(engine: str, text: str) -> str:
+    """An engine's own message, for the curator-only ``Diagnostic.values`` (it may quote data)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{engine}'s message: {first}"
+
+
+def _spark_kind(e: BaseException, text: str) -> str:
+    """A Spark failure's error class (``[CLASS]`` at the start of its message) or the innermost
+    exception's class name: what failed, without the message's text (which may quote data)."""
+    found = re.match(r"\[([A-Z0-9_.]+)\]", text)
+    if found:
+        return found.group(1)
+    cause = getattr(e, "java_exception", None)
+    if cause is not None:
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        return str(cause.getClass().getSimpleName())
+    return type(e).__name__
 
 
 def _spark_message(e: BaseException) -> str:

@@ -3,6 +3,8 @@
 Part of the privacy boundary (``dpql.data``): the only code besides DP-SGD that opens the data.
 Every problem with the file is a :class:`DiagnosticError` naming the file (E401-E409, see
 ``dpql.codec.CODES``); problems with cells come from :mod:`dpql.codec` with the file and row.
+All of them are private diagnostics: no line of the file is quoted, and a reader's own message
+(which may quote bytes or cells of the file) goes to the curator-only ``Diagnostic.values``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import replace
@@ -36,8 +39,45 @@ _SUFFIXES: dict[str, DataFormat] = {
 }
 
 
-def error(code: str, message: str, path: Path | str, hint: str | None = None) -> DiagnosticError:
-    return DiagnosticError([Diagnostic(code, message, SourcePos(str(path)), hint)])
+def error(
+    code: str,
+    message: str,
+    path: Path | str,
+    hint: str | None = None,
+    values: str | None = None,
+) -> DiagnosticError:
+    """A private diagnostic about the data file (``values``: text shown only on request)."""
+    return DiagnosticError(
+        [Diagnostic(code, message, SourcePos(str(path)), hint, private=True, values=values)]
+    )
+
+
+# Appended to hints whose diagnostic keeps a reader's or engine's message in ``values``.
+SHOW_MESSAGE = "dpql compile --show-values shows the reader's own message (it may quote data)"
+
+
+def reader_message(e: BaseException) -> str:
+    """A reader's own message, for ``Diagnostic.values`` only: it may quote the file's bytes."""
+    text = str(e).strip()
+    return f"reader's message: {text.splitlines()[0] if text else type(e).__name__}"
+
+
+def _near(e: BaseException) -> str:
+    """Where the parser stopped, when its message says (in its own counting); the rest of the
+    message is not shown by default: it may quote the file."""
+    found = re.search(r"\b(line|row) (\d+)", str(e))
+    return f" (the parser stopped at its {found.group(1)} {found.group(2)})" if found else ""
+
+
+def _decode_problem(e: BaseException) -> str:
+    """What kind of decoding failed, without the reader's text (which may quote bytes)."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text ({e.reason})"
+    if isinstance(e, gzip.BadGzipFile):
+        return "not a gzip file"
+    if isinstance(e, zlib.error | EOFError):
+        return "corrupt or truncated gzip data"
+    return type(e).__name__
 
 
 def data_format(path: Path, declared: DataFormat | None = None) -> DataFormat:
@@ -97,7 +137,13 @@ def csv_header(path: Path) -> list[str]:
         with _open_csv_text(path) as f:
             header = next(csv.reader(f), None)
     except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError, csv.Error) as e:
-        raise error("E409", f"cannot read the header line of '{path}': {e}", path) from None
+        raise error(
+            "E409",
+            f"cannot read the header line of '{path}': {_decode_problem(e)}",
+            path,
+            SHOW_MESSAGE,
+            reader_message(e),
+        ) from None
     if not header:
         raise error("E403", f"data file '{path}' has no header line", path)
     return header
@@ -122,7 +168,7 @@ def ragged_row_error(path: Path) -> DiagnosticError | None:
                         f"the header has {len(header)}"
                     )
                     hint = "every row needs one cell per header column; quote cells with commas"
-                    return DiagnosticError([Diagnostic("E409", message, pos, hint)])
+                    return DiagnosticError([Diagnostic("E409", message, pos, hint, private=True)])
     except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError, csv.Error):
         return None  # the reader's own message says what is wrong
     return None
@@ -149,16 +195,27 @@ def read_frame(path: Path, fmt: DataFormat) -> pd.DataFrame:
     except (UnicodeDecodeError, gzip.BadGzipFile, zlib.error, EOFError) as e:
         raise error(
             "E409",
-            f"cannot decode '{path}' as {fmt}: {e}",
+            f"cannot decode '{path}' as {fmt}: {_decode_problem(e)}",
             path,
-            "CSV files must be UTF-8 text, optionally gzip-compressed",
+            "CSV files must be UTF-8 text, optionally gzip-compressed; " + SHOW_MESSAGE,
+            reader_message(e),
         ) from None
     except (pd.errors.ParserError, csv.Error) as e:
         raise ragged_row_error(path) or error(
-            "E409", f"malformed CSV in '{path}': {str(e).strip()}", path
+            "E409",
+            f"malformed CSV in '{path}'{_near(e)}",
+            path,
+            "check the quoting: every row needs one cell per header column; " + SHOW_MESSAGE,
+            reader_message(e),
         ) from None
     except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise error("E409", f"cannot read '{path}' as {fmt}: {e}", path) from None
+        raise error(
+            "E409",
+            f"cannot read '{path}' as {fmt} ({type(e).__name__})",
+            path,
+            "check that the file is valid CSV (UTF-8) or Parquet; " + SHOW_MESSAGE,
+            reader_message(e),
+        ) from None
     if len(df) == 0:
         raise error("E403", f"data file '{path}' has no rows", path)
     return df

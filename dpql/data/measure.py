@@ -11,11 +11,15 @@ of n rows differing in one record). Every answer is ``sum / n`` with that public
 the file holds another number of rows (rows dropped for missing values); so sensitivities are
 the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 
-* ``measure``: the concatenated answer vector has L2 sensitivity
-  ``sqrt(sum_q Delta_2(q)^2)`` (sqrt(2)/n per vector query, 1/n per scalar one), and the
-  Gaussian mechanism at that sensitivity is rho-zCDP (rap_pp.md §4.1 Def. 8, Lemma 1). With
-  public scales ``c_q > 0`` the vector released is ``(c_q a_q(D))_q``, of sensitivity
-  ``sqrt(sum_q (c_q Delta_2(q))^2)``; dividing by ``c_q`` afterwards is post-processing;
+* ``measure``: each query's sum is an integer number of steps of its public grid (1 for
+  counts and cells; ``2^-20`` for real-valued moments, rounded per record, which keeps every
+  record inside its range: :func:`~dpql.plan.ir.query_grid`). With public scales ``c_q > 0``
+  the real vector ``(c_q a_q(D))_q`` has L2 sensitivity ``sqrt(sum_q (c_q Delta_2(q))^2)``
+  (sqrt(2)/n per vector query, 1/n per scalar one); independent discrete Gaussian noise of
+  scale ``sigma / c_q`` (in answer units) on each integer sum is rho-zCDP at that sensitivity
+  (Canonne, Kamath & Steinke 2020, Thm 14; :func:`~dpql.privacy.mechanisms.gaussian_mechanism`).
+  Dividing the noisy integer by ``n / grid`` is post-processing, and the published float is a
+  function of that integer only;
 * ``select``: the score ``||a_q(D) - s_q||_1 - penalty_q`` changes by at most ``Delta_1(q)``
   (2/n for vector queries, 1/n for scalar ones) by the triangle inequality, since ``s_q`` and
   the penalty are fixed given past outputs; Gumbel top-k is calibrated to the largest of these
@@ -33,7 +37,7 @@ import numpy as np
 from dpql.codec import CuratorLog
 from dpql.data.engines import MeasurementEngine
 from dpql.diagnostics import InternalError
-from dpql.plan.ir import Query, joint_l2_sensitivity
+from dpql.plan.ir import Query, joint_l2_sensitivity, query_grid
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
@@ -87,12 +91,17 @@ class PrivateMeasurer:
         """The public row count of the spec (never the data's)."""
         return self._n
 
-    def _answers(self, queries: Sequence[Query]) -> list[np.ndarray]:
+    def _grid_sums(self, queries: Sequence[Query]) -> list[np.ndarray]:
+        """Exact integer sums on each query's grid (engine answers, cached)."""
         todo = list(dict.fromkeys(q for q in queries if q not in self._sums))
         if todo:
             for q, s in zip(todo, self._engine.sums(todo), strict=True):
                 self._sums[q] = s
-        return [self._sums[q] / self._n for q in queries]
+        return [self._sums[q] for q in queries]
+
+    def _answers(self, queries: Sequence[Query]) -> list[np.ndarray]:
+        sums = self._grid_sums(queries)
+        return [s * query_grid(q) / self._n for q, s in zip(queries, sums, strict=True)]
 
     def measure(
         self,
@@ -103,22 +112,25 @@ class PrivateMeasurer:
         label: str,
         scales: Sequence[float] | None = None,
     ) -> list[np.ndarray]:
-        """Gaussian mechanism on the concatenated answers ``c_q * sums / n``: rho-zCDP under
-        replace-one neighbours at the public n, with L2 sensitivity
-        ``sqrt(sum_q (c_q * q.sensitivity(n).l2) ** 2)`` (sqrt(2)/n per vector query, 1/n per
-        scalar one, times its scale). Each answer is divided by its scale after the noise
-        (post-processing), so query q gets noise sd ``sigma / c_q``. Scales (default 1, finite,
-        > 0) must be chosen from public information. Returns one unclipped noisy vector per
-        query; appends one ledger event."""
+        """Discrete Gaussian mechanism on the integer sums of ``queries`` on their public grids
+        (:func:`~dpql.plan.ir.query_grid`), released as answers ``(sum + Y) * grid / n``:
+        rho-zCDP under replace-one neighbours at the public n, with L2 sensitivity
+        ``sqrt(sum_q (c_q * q.sensitivity(n).l2) ** 2)`` of the scaled answers (sqrt(2)/n per
+        vector query, 1/n per scalar one, times its scale). Query q gets noise sd ``sigma /
+        c_q`` in answer units (``sigma * n / (c_q * grid)`` grid steps). Scales (default 1,
+        finite, > 0) must be chosen from public information. Every published answer times
+        ``n / grid`` is an integer. Returns one unclipped noisy vector per query; appends one
+        ledger event."""
         if not queries:
             return []
         c = np.ones(len(queries)) if scales is None else np.asarray(scales, dtype=np.float64)
         if c.shape != (len(queries),) or not (np.isfinite(c).all() and (c > 0).all()):
             raise InternalError("measurement scales must be one finite positive number per query")
-        answers = self._answers(queries)
+        grids = [query_grid(q) for q in queries]
         l2 = joint_l2_sensitivity(queries, self._n, c.tolist())
         noisy = gaussian_mechanism(
-            np.concatenate([a * ci for a, ci in zip(answers, c, strict=True)]),
+            self._grid_sums(queries),
+            [self._n / (ci * g) for ci, g in zip(c, grids, strict=True)],
             l2,
             rho,
             noise=self._noise,
@@ -126,8 +138,7 @@ class PrivateMeasurer:
             phase=phase,
             label=label,
         )
-        parts = np.split(noisy, np.cumsum([a.size for a in answers])[:-1])
-        return [part / ci for part, ci in zip(parts, c, strict=True)]
+        return [part.astype(np.float64) * g / self._n for part, g in zip(noisy, grids, strict=True)]
 
     def select(
         self,

@@ -32,6 +32,7 @@ from typing import Literal
 from dpql.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
 from dpql.plan.ir import (
+    REAL_GRID,
     And,
     CatIn,
     CentredProduct,
@@ -293,7 +294,9 @@ def stats_sql(domain: Domain, d: Dialect) -> str:
 
 def problem_rows_sql(i: int, kind: Literal["missing", "invalid"], d: Dialect) -> str:
     """Offending cells of column ``i``: ``(value, rows, first_row, distinct values)``, the most
-    frequent first; runs over ``parsed`` (a second scan of the source, on the error path)."""
+    frequent first; runs over ``parsed`` (a second scan of the source, on the error path).
+    The values are private: they reach only a diagnostic's curator-only ``values`` (shown by
+    ``dpql compile --show-values``), never its message or hint (:mod:`dpql.codec`)."""
     cond = f"r{i} IS NULL" if kind == "missing" else f"r{i} IS NOT NULL AND v{i} IS NULL"
     text = f"CAST(r{i} AS {d.text_type})"
     numbered = f"SELECT {d.row_number} AS rn, {text} AS t, {cond} AS bad FROM parsed"
@@ -388,13 +391,22 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     if isinstance(q, Count):
         return f"SUM(CASE WHEN {pred_sql(q.predicate, domain)} THEN 1 ELSE 0 END)", None
     if isinstance(q, Moment):
-        prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns) or "1.0"
-        return f"SUM(CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END)", None
+        if not q.columns:
+            return f"SUM(CASE WHEN {pred_sql(q.given, domain)} THEN 1 ELSE 0 END)", None
+        prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns)
+        return _grid_sum(f"CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END"), None
     if isinstance(q, CentredProduct):
         left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
         half = double(0.5)
-        return f"SUM(({left} - {half}) * ({right} - {half}))", None
+        return _grid_sum(f"({left} - {half}) * ({right} - {half})"), None
     raise TypeError(f"not a query: {q!r}")
+
+
+def _grid_sum(value: str) -> str:
+    """``SUM(round(v / 2^-k))`` of a real per-record value on the public grid of
+    :data:`dpql.plan.ir.REAL_GRID`, rounded half up per record like
+    :func:`dpql.plan.exact.to_grid` (the scaling by a power of two is exact)."""
+    return f"SUM(FLOOR(({value}) * {double(1.0 / REAL_GRID)} + {double(0.5)}))"
 
 
 def _linear_score(
@@ -431,7 +443,7 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
     y = domain.names.index(q.label)
     if q.model == "linear":
         clip = f"LEAST(GREATEST({scores[0]}, {double(0.0)}), {double(1.0)})"
-        return f"SELECT SUM(e * e) FROM (SELECT u{y} - {clip} AS e FROM enc) AS err"
+        return f"SELECT {_grid_sum('e * e')} FROM (SELECT u{y} - {clip} AS e FROM enc) AS err"
     items = ", ".join(f"{s} AS s{c}" for c, s in enumerate(scores))
     if len(scores) == 1:
         best = "0"

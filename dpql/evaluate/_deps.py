@@ -1,8 +1,9 @@
-"""Lazy imports of the ``evaluate`` extra (scikit-learn, matplotlib).
+"""Lazy imports of the report's heavy dependencies (scikit-learn, matplotlib).
 
-The core compiler must not pay for (or require) these heavy packages, so every module here imports
-them through :func:`require` at call time. A missing package becomes a :class:`MissingExtraError`
-that says how to install it.
+Both are in dpql's default install (``pip install -e .``), but the core compiler must not pay
+for importing them, so every module here imports them through :func:`require` at call time. A
+missing package (a broken or partial environment) becomes a :class:`MissingExtraError` that says
+how to install it.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-INSTALL_HINT = "pip install 'dpql[evaluate]'"
+# works in a clone (dpql is not on PyPI) and in any environment, with or without dpql's metadata
+INSTALL_HINT = "pip install scikit-learn matplotlib (or, from the dpql clone, pip install -e .)"
 
 # distribution name of each top-level module we import lazily
 _DIST = {"sklearn": "scikit-learn", "matplotlib": "matplotlib"}
 
 
 class MissingExtraError(ImportError):
-    """An optional dependency of ``dpql evaluate`` is not installed."""
+    """A dependency of ``dpql evaluate`` is not installed."""
 
 
 def require(module: str) -> ModuleType:

@@ -3,6 +3,8 @@
 Curator-side and NOT private: reads the real table named by the spec (through the data layer's
 reader, with the spec's missing-value and ``other`` rules) and writes a report that must never
 be published. The workload and the requirements are the spec's, as planned by ``dpql plan``.
+Without ``--output`` the report goes to :func:`default_report_dir`, beside the release's
+curator-only file and never into the published output folder; its files are mode 0600.
 """
 
 from __future__ import annotations
@@ -10,13 +12,67 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import pandas as pd
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
-from dpql.evaluate._deps import MissingExtraError
+from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
 from dpql.evaluate.report import PRIVATE_WARNING, build_report
+
+if TYPE_CHECKING:
+    from dpql.spec.load import LoadedSpec
+
+REPORT_SUFFIX = ".CURATOR-ONLY-report"
+
+
+def default_report_dir(spec: LoadedSpec, synthetic: Path) -> Path:
+    """``<table stem>.CURATOR-ONLY-report`` in the folder of the release's curator-only file.
+
+    That folder is ``curator/`` next to the spec by default (``output.curator`` moves it): beside
+    the release's outputs but outside the published folder, created with mode 0700, and named
+    so that nobody publishes the report by mistake. The stem is the evaluated table's
+    (``adult_synthetic.csv`` -> ``adult_synthetic.CURATOR-ONLY-report``).
+    """
+    from dpql.curator import curator_path
+
+    stem = synthetic.name.split(".")[0] or "synthetic"
+    return curator_path(spec).parent / f"{stem}{REPORT_SUFFIX}"
+
+
+def plain_progress(
+    stream: TextIO | None = None, every: float = 5.0
+) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """Progress as plain lines (stderr not a terminal: logs, CI), e.g.
+    ``evaluate: dimension-wise prediction 12/30, 2.1 s, about 3.2 s left``: a line when a step
+    starts, at most one every ``every`` seconds while it runs, and one when it ends. Steps run
+    one after another: a step's clock starts at the previous update of any step."""
+    start: dict[str, float] = {}
+    last: dict[str, float] = {}
+    ended: set[str] = set()
+    previous = [time.perf_counter()]
+
+    def update(step: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        begin = step not in start
+        start.setdefault(step, previous[0])
+        previous[0] = now
+        finished = done >= total
+        if step in ended or not (begin or finished or now - last[step] >= every):
+            return
+        last[step] = now
+        elapsed = now - start[step]
+        line = f"evaluate: {step} {done}/{total}, {elapsed:.1f} s"
+        if 0 < done < total:
+            line += f", about {elapsed / done * (total - done):.1f} s left"
+        if finished:
+            ended.add(step)
+        print(line, file=stream or sys.stderr, flush=True)
+
+    return update, lambda: None
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -31,7 +87,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     Requirement failures are reported, not turned into an exit status: the report informs the
     curator; acceptance checks belong to ``dpql compile``. Raises :class:`DiagnosticError`
-    (exit 1) for bad input, including a missing ``evaluate`` extra (E602).
+    (exit 1) for bad input, including a missing scikit-learn or matplotlib (E602).
     """
     from dpql.cli import _progress
     from dpql.data.load import read_frame, rules_from_spec
@@ -40,25 +96,26 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     plan = build_plan(spec)
+    output = Path(args.output) if args.output else default_report_dir(spec, Path(args.synthetic))
     missing, other = rules_from_spec(spec.model)
     real = read_frame(spec.data_path, spec.data_format)
     synthetic = _read(Path(args.synthetic))
     holdout = _read(Path(args.holdout)) if args.holdout else None
     print(PRIVATE_WARNING, file=sys.stderr)
-    update, stop = _progress()
+    update, stop = _progress() if sys.stderr.isatty() else plain_progress()
     try:
         report = build_report(
             spec.domain, real, synthetic, plan.queries, plan.requirements,
-            holdout_df=holdout, label=args.label, output_dir=args.output, progress=update,
+            holdout_df=holdout, label=args.label, output_dir=output, progress=update,
             seed=plan.seed, missing=missing, other=other,
         )  # fmt: skip
     except MissingExtraError as e:
         raise DiagnosticError(
-            [Diagnostic("E602", str(e), SourcePos("dpql evaluate"), "pip install 'dpql[evaluate]'")]
+            [Diagnostic("E602", str(e), SourcePos("dpql evaluate"), INSTALL_HINT)]
         ) from None
     finally:
         stop()
-    page = Path(args.output) / "index.html"
+    page = output / "index.html"
     if args.format == "json":
         s = report.to_json()
         keep = ("private", "warning", "rows", "label", "test_set", "requirements", "tstr")

@@ -6,7 +6,7 @@ another; gradient boosting instead splits natively on category codes. A categori
 classes are its domain codes; for a two-valued label the *positive* class is the second value
 of the domain (e.g. ``">50K"`` for ``[<=50K, >50K]``), as in `spec/language.md` section 5.
 
-scikit-learn is imported lazily (the ``evaluate`` extra).
+scikit-learn is imported lazily (:mod:`dpql.evaluate._deps`).
 """
 
 from __future__ import annotations

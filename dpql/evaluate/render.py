@@ -1,6 +1,7 @@
 """``write_report``: PNG plots (matplotlib, Agg canvas), an HTML page and a JSON summary.
 
-Every file is written atomically (temporary file + rename, DESIGN invariant 5). The HTML page
+Every file is written atomically (temporary file + rename, DESIGN invariant 5) with mode 0600,
+in a folder created with mode 0700: the report is private (curator-only). The HTML page
 links its plots by relative paths, so the folder can be moved as a whole. The page and the JSON
 say plainly that the report is computed on private data.
 """
@@ -28,8 +29,10 @@ REAL, SYNTH = "#1f77b4", "#ff7f0e"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; the file is mode 0600 (curator-only)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o600)  # mkstemp's mode, made explicit: the report is private
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -194,7 +197,9 @@ def write_report(
 ) -> Path:
     """Write ``index.html``, ``summary.json`` and the PNGs into ``output_dir``; return the page."""
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    for folder in reversed([out, *out.parents]):  # missing folders: private, mode 0700
+        if not folder.exists():
+            folder.mkdir(mode=0o700, exist_ok=True)
     figures = {"correlation": "correlation.png", "dimension_wise": "dimension_wise.png"}
     figures |= {
         f"hist:{h.column}": f"hist_{i:02d}_{_slug(h.column)}.png"

@@ -6,6 +6,7 @@ Syntax errors become :class:`DiagnosticError` with a stable code (table in spec/
 * E202 unexpected end of input * E206 empty expression
 * E203 unknown construct       * E207 a whole number was expected
 * E204 unexpected character    * E208 number out of range
+* E209 expression nested more than :data:`MAX_NESTING` levels deep
 
 The position is in the *spec file*: ``origin`` is where the DSL string's first character sits
 there (computed by the spec loader); a DSL string is one line, so the error's column is
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.lexer import PatternStr
 from lark.tree import Meta
@@ -30,6 +31,11 @@ from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, Source
 from dpql.lang import ast as A
 
 WORKLOAD_CONSTRUCTS = ("marginals", "marginal", "range", "halfspaces", "count", "mean")
+#: Deepest parse tree of one item (``not not ...`` or nested parentheses): later passes walk
+#: predicates recursively, so depth is bounded before the tree is built (spec/language.md §9).
+MAX_NESTING = 50
+#: Most digits of a whole number (``marginals(k)``, ``halfspaces(m)``, ``thresholds m``).
+MAX_INT_DIGITS = 18
 REQUIREMENT_CONSTRUCTS = ("logistic", "linear", "corr", "mean", "count")
 
 
@@ -60,8 +66,23 @@ class _SyntaxProblem(Exception):
 def _number(tok: Token) -> float:
     x = float(tok)
     if not math.isfinite(x):
-        raise _SyntaxProblem("E208", f"number {tok} is out of range", tok)
+        raise _SyntaxProblem("E208", f"number {_short(tok)} is out of range", tok)
     return x
+
+
+def _int(tok: Token) -> int:
+    if len(tok.lstrip("+-")) > MAX_INT_DIGITS:
+        raise _SyntaxProblem(
+            "E208",
+            f"whole number {_short(tok)} is out of range (at most {MAX_INT_DIGITS} digits)",
+            tok,
+        )
+    return int(tok)
+
+
+def _short(text: str) -> str:
+    """A token as echoed in a message: long ones cut in the middle."""
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-6:]} ({len(text):,} characters)"
 
 
 def _unquote(tok: Token) -> str:
@@ -79,7 +100,7 @@ class _ToAst(Transformer):  # type: ignore[type-arg]
         return A.Requirement(c[0], c[1], c[2] if len(c) > 2 else None, pos=_span(meta))
 
     def marginals(self, meta: Meta, c: list[Any]) -> A.AllMarginals:
-        return A.AllMarginals(int(c[0]), c[1] if len(c) > 1 else None, pos=_span(meta))
+        return A.AllMarginals(_int(c[0]), c[1] if len(c) > 1 else None, pos=_span(meta))
 
     def marginal(self, meta: Meta, c: list[Any]) -> A.Marginal:
         return A.Marginal(c[0], pos=_span(meta))
@@ -91,7 +112,7 @@ class _ToAst(Transformer):  # type: ignore[type-arg]
 
     def halfspaces(self, meta: Meta, c: list[Any]) -> A.Halfspaces:
         over = c[1] if len(c) == 3 else None
-        return A.Halfspaces(int(c[0]), c[-1], over, pos=_span(meta))
+        return A.Halfspaces(_int(c[0]), c[-1], over, pos=_span(meta))
 
     def count(self, meta: Meta, c: list[Any]) -> A.CountOf:
         return A.CountOf(c[0], pos=_span(meta))
@@ -106,7 +127,7 @@ class _ToAst(Transformer):  # type: ignore[type-arg]
         return c[0]
 
     def thresholds(self, meta: Meta, c: list[Any]) -> int:
-        return int(c[0])
+        return _int(c[0])
 
     def model(self, meta: Meta, c: list[Any]) -> A.Model:
         return A.Model(str(c[0]), c[1], tuple(c[2:]), pos=_span(meta))  # type: ignore[arg-type]
@@ -268,7 +289,9 @@ def _parse(text: str, start: str, origin: SourcePos | None) -> Any:
         what = "workload item" if start == "workload" else "requirement"
         raise DiagnosticError([Diagnostic("E206", f"empty {what}", _where(origin, 0))])
     try:
-        return _ToAst().transform(_lark().parse(text, start=start))
+        tree = _lark().parse(text, start=start)
+        _check_nesting(tree, origin)
+        return _ToAst().transform(tree)
     except UnexpectedInput as e:
         raise DiagnosticError([_syntax_diagnostic(e, text, start, origin)]) from None
     except VisitError as e:
@@ -277,6 +300,26 @@ def _parse(text: str, start: str, origin: SourcePos | None) -> Any:
             raise
         where = _where(origin, p.token.start_pos or 0, len(p.token))
         raise DiagnosticError([Diagnostic(p.code, p.message, where, p.hint)]) from None
+
+
+def _check_nesting(tree: Tree[Token], origin: SourcePos | None) -> None:
+    """E209 when the tree is deeper than MAX_NESTING (walked without recursion)."""
+    stack: list[tuple[Tree[Token], int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            start = node.meta.start_pos if not node.meta.empty else 0
+            raise DiagnosticError(
+                [
+                    Diagnostic(
+                        "E209",
+                        f"the expression is nested more than {MAX_NESTING} levels deep",
+                        _where(origin, start),
+                        "simplify it: 'not not p' is p, and 'and'/'or' chain without parentheses",
+                    )
+                ]
+            )
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
 
 
 def parse_workload_item(text: str, origin: SourcePos | None = None) -> A.WorkloadNode:

@@ -32,6 +32,7 @@ from dpql.plan.ir import (
     Prefix,
     Query,
     TruePred,
+    query_grid,
 )
 
 ROW_CHUNK = 1 << 16
@@ -222,3 +223,30 @@ def sums_all(queries: Sequence[Query], t: EncodedTable) -> list[np.ndarray]:
         for i, s in zip(idxs, sums, strict=True):
             out[i] = s
     return [o for o in out if o is not None]
+
+
+def to_grid(values: np.ndarray, grid: float) -> np.ndarray:
+    """Per-record values as whole grid steps: ``floor(v / grid + 1/2)`` (round half up, the same
+    rule as the SQL engines' ``FLOOR(v * 2^k + 0.5)``; ``grid`` is a power of two, so ``v / grid``
+    is exact)."""
+    return np.floor(values / grid + 0.5)
+
+
+def grid_sums_all(queries: Sequence[Query], t: EncodedTable) -> list[np.ndarray]:
+    """What the measurement engines answer: per query, the sum over records of
+    ``round(v(x) / grid)`` with :func:`dpql.plan.ir.query_grid` (whole numbers, float64). For
+    integer-valued queries this is :func:`sums_all`; real-valued ones are rounded per record
+    before summing, so a record moves a sum by at most its sensitivity in grid steps."""
+    out = sums_all([q for q in queries if query_grid(q) == 1.0], t)
+    integer = iter(out)
+    result = []
+    for q in queries:
+        grid = query_grid(q)
+        if grid == 1.0:
+            result.append(next(integer))
+            continue
+        total = 0.0
+        for s in range(0, t.n, ROW_CHUNK):
+            total += float(to_grid(per_row(q, t.slice(s, s + ROW_CHUNK))[:, 0], grid).sum())
+        result.append(np.array([total]))
+    return result

@@ -311,6 +311,28 @@ def query_columns(q: Query) -> tuple[str, ...]:
     return q.columns + tuple(c for c in pred_columns(q.given) if c not in q.columns)
 
 
+# Real-valued per-record contributions are rounded to this public grid before summing, so every
+# measured sum is an integer number of grid steps and gets exact discrete Gaussian noise
+# (docs/privacy.md). Each range endpoint (0, 1, -1/4, 1/4) is a grid point, so rounding to the
+# nearest grid point keeps a record's value in its range: the sensitivities above are unchanged.
+GRID_BITS = 20
+REAL_GRID = 2.0**-GRID_BITS
+
+
+def query_grid(q: Query) -> float:
+    """The public grid of a query's per-record values: 1 for integer-valued queries (cells,
+    counts, prefix and halfspace counts, a logistic model's accuracy, a moment with no columns),
+    ``2^-GRID_BITS`` for real-valued ones (moments of numeric columns, centred products, a
+    linear model's squared error). Engines sum ``round(v(x) / grid)``, an integer per record."""
+    if isinstance(q, Moment) and q.columns:
+        return REAL_GRID
+    if isinstance(q, CentredProduct):
+        return REAL_GRID
+    if isinstance(q, ModelAccuracy) and q.model == "linear":
+        return REAL_GRID
+    return 1.0
+
+
 def joint_l2_sensitivity(
     queries: Sequence[Query], n: int, scales: Sequence[float] | None = None
 ) -> float:

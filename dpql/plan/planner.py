@@ -43,10 +43,10 @@ from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
     release_rhos,
-    smallest_epsilon_for,
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
-from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
+from dpql.plan.resources import ResourceEstimate, estimate, resource_diagnostics
+from dpql.privacy.accountant import eps_from_rho, replace_one_guarantee, rho_from_eps_delta
 from dpql.privacy.budget import BudgetLine, BudgetTable, split_rho
 from dpql.privacy.mechanisms import gaussian_sigma, gumbel_beta
 from dpql.spec.load import LoadedSpec
@@ -128,6 +128,9 @@ class ReleasePlan:
     requirement_plans: tuple[RequirementPlan, ...]
     seed: int
     warnings: tuple[Diagnostic, ...] = ()
+    # Compile's estimated peak memory and time (dpql.plan.resources); shown by `dpql plan`, not
+    # part of to_json, so the plan hash in a record does not depend on the estimate's model.
+    resources: ResourceEstimate | None = None
 
     @property
     def method(self) -> str:
@@ -172,8 +175,9 @@ def release_budget(spec: LoadedSpec) -> Budget:
     delta = spec.target_delta
     ext_eps = ext_delta = 0.0
     synth = spec.model.synthesizer
-    if synth.method == "external":
-        ext_eps, ext_delta = synth.budget.epsilon, synth.budget.delta
+    if synth.method == "external":  # charged under replace-one (add/remove: group privacy)
+        b = synth.budget
+        ext_eps, ext_delta = replace_one_guarantee(b.epsilon, b.delta, b.neighbouring)
     if privacy.rho is not None:
         rho = privacy.rho
         epsilon = eps_from_rho(rho, delta - ext_delta) + ext_eps
@@ -186,12 +190,18 @@ def release_budget(spec: LoadedSpec) -> Budget:
 
 
 def _budget_diag(spec: LoadedSpec, epsilon: float, ext: float) -> Diagnostic:
+    b = getattr(spec.model.synthesizer, "budget", None)
+    converted = (
+        f", its add_remove epsilon {b.epsilon:g} charged as {ext:g} under replace-one"
+        if b is not None and b.neighbouring == "add_remove"
+        else ""
+    )
     return Diagnostic(
         "E150",
-        f"the external table's budget (epsilon {ext:g}) leaves nothing of the release budget "
-        f"(epsilon {epsilon:g}) for post-processing",
+        f"the external table's budget (epsilon {ext:g}{converted}) leaves nothing of the release "
+        f"budget (epsilon {epsilon:g}) for post-processing",
         SourcePos(str(spec.path)),
-        "raise privacy.epsilon above the external table's epsilon (and delta likewise)",
+        "raise privacy.epsilon above the external table's charged epsilon (and delta likewise)",
     )
 
 
@@ -257,7 +267,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     assert resolved is not None
     measures = expand_requirements(requirements, domain) if requirements else None
 
-    budget = release_budget(spec)
+    budget = _checked_budget(spec)
     shares = phase_shares(spec, requirements)
     phase_rho = split_rho(budget.rho, shares)
     lines: list[BudgetLine] = []
@@ -295,8 +305,13 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
             )
         )
     table = BudgetTable(tuple(lines), budget.rho)
+    unit_sigmas = (  # every measure's noise sd at rho = 1; it scales as 1 / sqrt(rho)
+        measures.cell_sigmas(n, float(shares["iproj.measure"]))
+        if measures is not None and k and shares.get("iproj.measure", 0) > 0
+        else None
+    )
     req_plans = tuple(
-        _requirement_plan(spec, r, measures, cells, n_tests, shares, budget, item.pos)
+        _requirement_plan(spec, r, unit_sigmas, cells, n_tests, shares, budget, item.pos)
         for r, cells, item in zip(
             requirements,
             measures.index if measures else [()] * len(requirements),
@@ -307,6 +322,10 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     req_diags = [d for p in req_plans for d in p.diagnostics]
     if any(d.severity == "error" for d in req_diags):
         raise DiagnosticError([d for d in req_diags if d.severity == "error"])
+    resources = _estimate(spec, resolved.queries, rap, rap_options, gan, k, requirements)
+    res_diags = resource_diagnostics(resources, _resource_pos(spec, resources))
+    if any(d.severity == "error" for d in res_diags):
+        raise DiagnosticError(res_diags)
     return ReleasePlan(
         spec,
         resolved.queries,
@@ -323,8 +342,86 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         seed,
         tuple(spec.warnings)
         + tuple(d for d in sink.items if d.severity == "warning")
-        + tuple(req_diags),
+        + tuple(req_diags)
+        + tuple(res_diags),
+        resources,
     )
+
+
+def _checked_budget(spec: LoadedSpec) -> Budget:
+    """:func:`release_budget`, with a budget the accountant cannot convert (an external
+    table's add/remove epsilon whose group-privacy delta overflows, a rho that underflows)
+    reported as E151 at ``privacy`` instead of an arithmetic error."""
+    problem = ""
+    try:
+        budget = release_budget(spec)
+    except (ValueError, OverflowError, ZeroDivisionError) as e:
+        problem = str(e) or type(e).__name__
+    else:
+        values = (budget.epsilon, budget.delta, budget.rho)
+        if all(math.isfinite(v) for v in values) and budget.rho > 0:
+            return budget
+        problem = f"epsilon {budget.epsilon:g}, delta {budget.delta:g} give rho {budget.rho:g}"
+    doc = spec.doc
+    raise DiagnosticError(
+        [
+            Diagnostic(
+                "E151",
+                f"the privacy budget cannot be converted to zCDP ({problem})",
+                doc.key_pos(("privacy",)) if doc.has(("privacy",)) else SourcePos(str(spec.path)),
+                "use a budget within the documented ranges (spec/language.md §9), and for an "
+                "external table a declared budget well below the release's",
+            )
+        ]
+    ) from None
+
+
+def _estimate(
+    spec: LoadedSpec,
+    queries: tuple[Query, ...],
+    rap: RapSchedule | None,
+    rap_options: RapOptions | None,
+    gan: Any,
+    measures: int,
+    requirements: tuple[Requirement, ...],
+) -> ResourceEstimate:
+    """Compile's peak memory and time (:mod:`dpql.plan.resources`), from public facts."""
+    model = spec.model
+    synth = model.synthesizer
+    rows = getattr(synth, "rows", None)
+    return estimate(
+        domain=spec.domain,
+        n=spec.rows,
+        method=synth.method,
+        engine=model.data.engine,
+        output_rows=rows if rows is not None else spec.rows,
+        workload=queries,
+        schedule=rap,
+        rap_options=rap_options,
+        measures=measures,
+        model_requirements=sum(isinstance(r, ModelRequirement) for r in requirements),
+        gan_options=getattr(gan, "options", None),
+    )
+
+
+def _resource_pos(spec: LoadedSpec, est: ResourceEstimate) -> SourcePos:
+    """Where to point a resource diagnostic: the spec value behind the largest term."""
+    top = max(est.parts, key=est.parts.__getitem__) if est.parts else ""
+    paths: list[tuple[str | int, ...]] = {
+        "relaxed table": [("synthesizer", "options", "relaxed_rows"), ("synthesizer",)],
+        "output rows": [("synthesizer", "rows"), ("synthesizer",)],
+        "post-processing": [("synthesizer", "rows"), ("requirements",)],
+        "data table": [("data", "rows")],
+        "reading data": [("data", "rows")],
+        "gan per-example gradients": [("synthesizer", "options"), ("synthesizer",)],
+        "gan networks": [("synthesizer", "options"), ("synthesizer",)],
+        "gan encoded data": [("data", "rows")],
+    }.get(top, [("workload",)])
+    doc = spec.doc
+    for path in paths:
+        if doc.has(path):
+            return doc.value_pos(path) if len(path) > 1 else doc.key_pos(path)
+    return SourcePos(str(spec.path), 1, 1)
 
 
 def _plan_gan(spec: LoadedSpec, budget: Budget, phase_rho: dict[str, float]):
@@ -346,10 +443,26 @@ def _plan_gan(spec: LoadedSpec, budget: Budget, phase_rho: dict[str, float]):
         for phase, rho in phase_rho.items()
         if phase != "synthesizer" and rho > 0
     ]
-    options = GanOptions.from_mapping(spec.model.synthesizer.options)
+    doc = spec.doc
+    where = ("synthesizer", "options") if doc.has(("synthesizer", "options")) else ("synthesizer",)
+    pos = doc.key_pos(where)
+    options = GanOptions.from_mapping(spec.model.synthesizer.options, pos)
     target = SimpleNamespace(epsilon=budget.epsilon, delta=budget.delta)
     split = spec.model.privacy.split
-    return plan_gan(options, spec.rows, target, split, other_events=tuple(others))
+    try:
+        return plan_gan(options, spec.rows, target, split, other_events=tuple(others))
+    except (ValueError, ArithmeticError) as e:  # e.g. noise multipliers the accountant refuses
+        raise DiagnosticError(
+            [
+                Diagnostic(
+                    "E152",
+                    f"the gan options cannot be planned: {e or type(e).__name__}",
+                    pos,
+                    "use noise multipliers and step counts in the range of the paper's "
+                    "(noise about 0.5 to 10), or leave noise_multipliers out to calibrate them",
+                )
+            ]
+        ) from None
 
 
 def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
@@ -390,7 +503,7 @@ def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[Bu
 def _requirement_plan(
     spec: LoadedSpec,
     req: Requirement,
-    measures: RequirementMeasures | None,
+    unit_sigmas: Any,
     cells: tuple[int, ...],
     n_tests: int,
     shares: dict[str, Fraction],
@@ -403,27 +516,24 @@ def _requirement_plan(
     shared measure is averaged over weighted releases -- and the acceptance release of
     ``n_tests`` queries), reachability, the smallest epsilon that reaches a ``within``
     tolerance, and the plan-time diagnostics (``accept.plan_diagnostics``).
+
+    Every noise sd is ``Delta / sqrt(2 rho_part)`` and the predicted sd is the delta method's
+    norm of them, so the sd at a release rho is its value at rho = 1 over ``sqrt(rho)``:
+    computed once (``unit_sigmas`` are the measures' sds at rho = 1, shared by all
+    requirements), which keeps planning linear in the number of requirements.
     """
     n = spec.rows
     domain = spec.domain
     measure = float(shares.get("iproj.measure", 0))
     test = float(shares.get("accept.test", 0))
+    s_measure = (
+        float(unit_sigmas[list(cells)].max()) if unit_sigmas is not None and cells else math.inf
+    )
+    s_test = _sigma_requirements(n_tests, n, test)
+    sd_unit = predicted_sd(req, s_measure, s_test, domain) if measure > 0 else math.inf
 
     def sd_at(rho: float) -> float:
-        s_measure = (
-            float(measures.cell_sigmas(n, measure * rho)[list(cells)].max())
-            if measures is not None and cells and measure * rho > 0
-            else math.inf
-        )
-        s_test = _sigma_requirements(n_tests, n, test * rho)
-        return predicted_sd(req, s_measure, s_test, domain)
-
-    def sd_of_eps(eps: float) -> float:
-        """At a release budget ``eps``: dpql's own rho is what an external table leaves."""
-        if eps <= budget.external_epsilon:
-            return math.inf
-        left = budget.delta - budget.external_delta
-        return sd_at(rho_from_eps_delta(eps - budget.external_epsilon, left))
+        return sd_unit / math.sqrt(rho) if rho > 0 else math.inf
 
     metric = tested_metric(req) if isinstance(req, ModelRequirement) else type(req).__name__
     metric = metric.removesuffix("Requirement").lower()
@@ -434,7 +544,7 @@ def _requirement_plan(
     reachable: bool | None = None
     bound_ok = bound_can_hold(req, domain)
     if measured and tol is not None:
-        smallest = smallest_epsilon_for(sd_of_eps, tol, lo=budget.external_epsilon + 1e-4)
+        smallest = _smallest_epsilon(sd_unit, tol, budget)
         reachable = bool(Z * sd <= tol)
     elif not bound_ok:
         reachable = False
@@ -447,3 +557,20 @@ def _requirement_plan(
         pos=pos,
     )
     return RequirementPlan(req, sd, tol, reachable, smallest, metric, tuple(diags))
+
+
+def _smallest_epsilon(sd_unit: float, tolerance: float, budget: Budget, hi: float = 1e3) -> float:
+    """Smallest release epsilon with ``Z * sd <= tolerance`` (``requirements.smallest_epsilon_for``
+    without the bisection): the sd at rho is ``sd_unit / sqrt(rho)``, so the tolerance needs
+    ``rho >= (Z sd_unit / tolerance)^2`` of dpql's own budget, which costs
+    ``eps_from_rho(rho, delta left)`` on top of an external table's epsilon. At least the
+    external epsilon plus 1e-4; ``inf`` above ``hi``."""
+    lo = budget.external_epsilon + 1e-4
+    if sd_unit == 0:
+        return lo
+    ratio = Z * sd_unit / tolerance
+    need = ratio * ratio  # inf, not OverflowError, when it overflows
+    if not (math.isfinite(need) and 0 < need <= hi):  # rho-zCDP costs epsilon >= rho
+        return math.inf
+    eps = budget.external_epsilon + eps_from_rho(need, budget.delta - budget.external_delta)
+    return math.inf if eps > hi else max(eps, lo)

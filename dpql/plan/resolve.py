@@ -11,6 +11,7 @@ spec file (codes E3xx/W3xx, table in spec/language.md):
 * E305 marginal with too many cells           * E311 metric unknown for the requirement
 * E306 column repeated in one construct       * E312 tolerance not positive
 * E313 requirement weight not positive        * E314 weights on some requirements only
+* E315 the whole workload expands to too many queries or cells (limits below)
 * W301 (warning) threshold outside the column's ``[min, max]``: values are clipped to the
   bounds, so the comparison is constant on the declared domain
 * W302 (warning) marginal with more cells than the table has rows (noise-dominated cells)
@@ -61,6 +62,11 @@ from dpql.plan.ir import (
 MAX_MARGINAL_CELLS = 1_000_000
 #: Largest number of queries one workload item may expand to.
 MAX_QUERIES_PER_ITEM = 1_000_000
+#: Largest number of queries (after deduplication: counted before it, an upper bound) and of
+#: answer cells of the whole workload; checked item by item before an item is expanded, so
+#: planning never holds much more than the limit (spec/language.md §9).
+MAX_TOTAL_QUERIES = 1_000_000
+MAX_TOTAL_CELLS = 100_000_000
 #: Number of random prefix points of ``range(...)`` without ``thresholds``.
 DEFAULT_RANGE_THRESHOLDS = 64
 #: Metrics a bound such as ``accuracy >= 0.8`` may name, per model requirement.
@@ -320,7 +326,7 @@ def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
     if not _count_ok(s, node, m, "thresholds") or cols is None or (node.by and by is None):
         return []
     points = _item_rng(seed, node).random((m, len(cols)))
-    return [Prefix(cols, tuple(float(x) for x in p), by) for p in points]
+    return [Prefix(cols, tuple(p), by) for p in points.tolist()]  # tolist: Python floats
 
 
 def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
@@ -345,8 +351,8 @@ def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
     theta = rng.standard_normal((node.n, r)) / math.sqrt(r)
     tau = np.einsum("ij,ij->i", theta, rng.random((node.n, r)))
     return [
-        Halfspace(cols, tuple(float(x) for x in th), float(t), by)
-        for th, t in zip(theta, tau, strict=True)
+        Halfspace(cols, tuple(th), t, by)  # tolist: Python floats, the same values
+        for th, t in zip(theta.tolist(), tau.tolist(), strict=True)
     ]
 
 
@@ -401,11 +407,54 @@ def resolve_workload(
     """
     sink = DiagnosticSink() if sink is None else sink
     first_item: dict[Query, int] = {}
+    queries = cells = 0
+    cards = {c.name: c.card for c in domain}
     for i, node in enumerate(nodes):
-        for q in _expand(_Scope(domain, _origin(origins, i), sink), node, n, seed):
+        scope = _Scope(domain, _origin(origins, i), sink)
+        planned = _planned_queries(node, domain)
+        if planned <= MAX_QUERIES_PER_ITEM and queries + planned > MAX_TOTAL_QUERIES:
+            _too_much(scope, node, f"{queries + planned:,} queries", f"{MAX_TOTAL_QUERIES:,}")
+            break
+        expanded = _expand(scope, node, n, seed)
+        queries += len(expanded)
+        cells += sum(query_cells(q, cards) for q in expanded)
+        if cells > MAX_TOTAL_CELLS:
+            _too_much(scope, node, f"{cells:,} answer cells", f"{MAX_TOTAL_CELLS:,}")
+            break
+        for q in expanded:
             first_item.setdefault(q, i)
     sink.raise_if_errors()
     return ResolvedWorkload(tuple(first_item), tuple(first_item.values()))
+
+
+def query_cells(q: Query, cards: dict[str, int]) -> int:
+    """``q.cells(domain)`` from a name -> card map (a domain lookup is linear in the columns)."""
+    if isinstance(q, Marginal):
+        return math.prod(cards[c] for c in q.columns)
+    by = getattr(q, "by", None)
+    return cards[by] if by else 1
+
+
+def _planned_queries(node: A.WorkloadNode, domain: Domain) -> int:
+    """How many queries ``node`` expands to (before deduplication), without expanding it."""
+    if isinstance(node, A.AllMarginals):
+        m = len(domain.names) if node.over is None else len(node.over)
+        return math.comb(m, node.k) if 0 <= node.k <= m else 0
+    if isinstance(node, A.Range):
+        return DEFAULT_RANGE_THRESHOLDS if node.thresholds is None else max(node.thresholds, 0)
+    if isinstance(node, A.Halfspaces):
+        return max(node.n, 0)
+    return 2 if isinstance(node, A.MeanOf) else 1
+
+
+def _too_much(s: _Scope, node: A.WorkloadNode, what: str, limit: str) -> None:
+    s.error(
+        "E315",
+        f"the workload up to this item expands to {what} (limit {limit} for the whole workload)",
+        node,
+        "ask for fewer queries (marginals over fewer columns, fewer range thresholds or "
+        "halfspaces), or split the release",
+    )
 
 
 # --------------------------------------------------------------------------------------------

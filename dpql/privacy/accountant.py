@@ -21,6 +21,14 @@ Neighbouring relation: replace-one with the public row count n (see :mod:`dpql.p
   where R is the add/remove curve (it bounds both directions, MTZ 2019 §3.3). This is sound but
   costs roughly 2x in epsilon (e.g. ADULT DP-auto-GAN at psi = 2.5/7.5: 0.39 -> 0.84). The
   add/remove numbers are available (``neighbouring="add_remove"``) to reproduce papers.
+* An external (epsilon, delta)-DP guarantee declared under add/remove-one becomes
+  (2 epsilon, (1 + e^epsilon) delta) under replace-one by group privacy: a replacement is a removal
+  then an addition (group privacy, Dwork & Roth 2014 §2.3, for a group of two, with the delta
+  term kept exact: P[M(D) in S] <= e^eps (e^eps P[M(D') in S] + delta) + delta). See
+  :func:`replace_one_guarantee`.
+* A release's spend for lifetime composition is its RDP curve (:attr:`AccountingResult.curve`)
+  plus the external (epsilon, delta) it composed by basic composition; releases compose by summing
+  curves order by order (:func:`compose_rdp_curves`) and converting once.
 """
 
 from __future__ import annotations
@@ -122,8 +130,46 @@ def rho_from_eps_delta(epsilon: float, delta: float) -> float:
             hi = mid
 
 
+def replace_one_guarantee(epsilon: float, delta: float, neighbouring: str) -> tuple[float, float]:
+    """The replace-one (epsilon, delta) implied by a guarantee declared under ``neighbouring``.
+
+    ``replace_one``: unchanged. ``add_remove``: (2 epsilon, (1 + e^epsilon) delta) by group
+    privacy over the removal and the addition that make up a replacement (module docstring).
+    The delta is rounded up by a few ulps so floating point never understates it.
+    """
+    if not (math.isfinite(epsilon) and epsilon >= 0):
+        raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+    if neighbouring == "replace_one":
+        return epsilon, delta
+    if neighbouring != "add_remove":
+        raise ValueError(f"unknown neighbouring relation {neighbouring!r}")
+    converted = (1.0 + math.exp(epsilon)) * delta
+    for _ in range(4):  # exp and two roundings: at most ~2.5 ulps below the exact value
+        converted = math.nextafter(converted, math.inf) if converted else converted
+    return 2.0 * epsilon, converted
+
+
 # --------------------------------------------------------------------------------------------
 # RDP curves and conversion
+
+
+def compose_rdp_curves(
+    curves: Iterable[tuple[Sequence[float], Sequence[float]]],
+) -> tuple[tuple[float, ...], np.ndarray]:
+    """RDP composition (Mironov 2017, Prop. 1) of ``(orders, rdp)`` curves: their sum at every
+    order that all of them share. Raises ValueError when there is no curve or no common order."""
+    points = [dict(zip(map(float, o), map(float, r), strict=True)) for o, r in curves]
+    if not points:
+        raise ValueError("no RDP curve to compose")
+    common = sorted(set.intersection(*(set(p) for p in points)))
+    if not common:
+        raise ValueError("the RDP curves share no order")
+    total = np.zeros(len(common))
+    for p in points:
+        total = total + np.array([p[a] for a in common])
+    return tuple(common), total
 
 
 def epsilon_from_rdp(
@@ -197,8 +243,11 @@ def dpsgd_epsilon(
 class AccountingResult:
     """(epsilon, delta)-DP of a set of events; ``optimal_order`` is the RDP order that achieved it.
 
-    ``zcdp_rho`` is the zCDP part recomputed from noise parameters; ``external_epsilon`` and
-    ``external_delta`` are the declared guarantees added by basic composition.
+    ``zcdp_rho`` is the zCDP part recomputed from noise parameters (Gaussian and Gumbel events
+    only); ``rho`` is the release's rho only when *every* event is zCDP, else None (DP-SGD and
+    external events have no rho). ``rdp`` is the RDP curve of all non-external events on
+    ``orders``; ``external_epsilon`` and ``external_delta`` are the external guarantees (already
+    converted to replace-one) added by basic composition.
     """
 
     epsilon: float
@@ -208,6 +257,25 @@ class AccountingResult:
     zcdp_rho: float
     external_epsilon: float = 0.0
     external_delta: float = 0.0
+    rdp: tuple[float, ...] = ()
+    zcdp_only: bool = False
+
+    @property
+    def rho(self) -> float | None:
+        """zCDP rho of the release, or None when some event is not zCDP (DP-SGD, external)."""
+        return self.zcdp_rho if self.zcdp_only else None
+
+    @property
+    def curve(self) -> dict[str, Any]:
+        """The release's spend for lifetime composition: its RDP curve at the orders where it is
+        finite (an infinite order can never be the optimum) and its external (epsilon, delta)."""
+        finite = [(a, r) for a, r in zip(self.orders, self.rdp, strict=True) if math.isfinite(r)]
+        return {
+            "orders": [a for a, _ in finite],
+            "epsilons": [r for _, r in finite],
+            "external_epsilon": self.external_epsilon,
+            "external_delta": self.external_delta,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -215,9 +283,11 @@ class AccountingResult:
             "delta": self.delta,
             "optimal_order": self.optimal_order,
             "zcdp_rho": self.zcdp_rho,
+            "rho": self.rho,
             "external_epsilon": self.external_epsilon,
             "external_delta": self.external_delta,
             "orders": list(self.orders),
+            "rdp": list(self.rdp),
         }
 
 
@@ -277,7 +347,8 @@ def epsilon_from_events(events: Iterable[PrivacyEvent], delta: float) -> Account
     composition (Dwork & Roth 2014, Thm. 3.16): sound for any mechanism, but not tight.
     """
     _check_delta(delta)
-    budget = _rdp_budget(tuple(events), delta)
+    events = tuple(events)
+    budget = _rdp_budget(events, delta)
     eps, order = epsilon_from_rdp(budget.orders, budget.rdp, delta - budget.external_delta)
     return AccountingResult(
         epsilon=eps + budget.external_epsilon,
@@ -287,6 +358,8 @@ def epsilon_from_events(events: Iterable[PrivacyEvent], delta: float) -> Account
         zcdp_rho=budget.zcdp_rho,
         external_epsilon=budget.external_epsilon,
         external_delta=budget.external_delta,
+        rdp=tuple(float(r) for r in budget.rdp),
+        zcdp_only=all(e.mechanism in ("gaussian", "gumbel_top_k") for e in events),
     )
 
 

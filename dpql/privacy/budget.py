@@ -17,16 +17,31 @@ from typing import Any
 
 
 class BudgetExceeded(Exception):
-    """A mechanism asked for more budget than is left (Tumult style: requested vs remaining)."""
+    """A mechanism asked for more budget than is left (Tumult style: requested vs remaining).
 
-    def __init__(self, requested: float, remaining: float, what: str = "") -> None:
+    ``unit`` is what ``requested`` and ``remaining`` measure: ``"rho"`` (zCDP) or ``"epsilon"``
+    (the composed (epsilon, delta) spend, where ``requested`` is the increase the event causes);
+    ``message`` replaces the default text.
+    """
+
+    def __init__(
+        self,
+        requested: float,
+        remaining: float,
+        what: str = "",
+        *,
+        unit: str = "rho",
+        message: str | None = None,
+    ) -> None:
         self.requested = requested
         self.remaining = remaining
         self.what = what
+        self.unit = unit
         where = f" by {what!r}" if what else ""
         super().__init__(
-            f"privacy budget exceeded{where}: requested rho={requested!r}, "
-            f"remaining rho={remaining!r}"
+            message
+            or f"privacy budget exceeded{where}: requested {unit}={requested!r}, "
+            f"remaining {unit}={remaining!r}"
         )
 
 

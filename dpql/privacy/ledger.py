@@ -18,15 +18,19 @@ Mechanisms and the fields each one uses (all others must be ``None``):
                  ``rho`` = k * score_sensitivity**2 / (2 beta**2) (zCDP)
 ``dpsgd``        ``sampling_rate`` q (Poisson), ``steps``, ``noise_multiplier`` z (noise std /
                  clip norm), ``noise_scale`` = z, optional ``l2_sensitivity`` = clip norm (RDP)
-``external``     ``epsilon``, ``delta``: a table or statistic produced elsewhere on the same
-                 private data, with its declared (epsilon, delta)-DP guarantee
+``external``     a table or statistic produced elsewhere on the same private data:
+                 ``declared_epsilon``, ``declared_delta`` its declared guarantee under the
+                 ``neighbouring`` relation it was stated for (``replace_one`` or
+                 ``add_remove``); ``epsilon``, ``delta`` the replace-one guarantee charged
+                 (:func:`dpql.privacy.accountant.replace_one_guarantee`: add/remove (e, d)
+                 gives (2e, (1 + e^e) d)), checked against the declared one on construction
 ============== ========================================================================
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -42,8 +46,9 @@ _FIELDS_OF: dict[str, frozenset[str]] = {
     "dpsgd": frozenset(
         {"sampling_rate", "steps", "noise_multiplier", "noise_scale", "l2_sensitivity"}
     ),
-    "external": frozenset({"epsilon", "delta"}),
+    "external": frozenset({"epsilon", "delta", "declared_epsilon", "declared_delta"}),
 }
+NEIGHBOURING_RELATIONS: frozenset[str] = frozenset({"replace_one", "add_remove"})
 _PARAMETERS: tuple[str, ...] = (
     "l2_sensitivity",
     "score_sensitivity",
@@ -54,9 +59,12 @@ _PARAMETERS: tuple[str, ...] = (
     "noise_multiplier",
     "epsilon",
     "delta",
+    "declared_epsilon",
+    "declared_delta",
 )
 _OPTIONAL: frozenset[str] = frozenset({"l2_sensitivity"})  # the clip norm of a dpsgd event
 _RHO_RTOL = 1e-9
+EPSILON_RTOL = 1e-9  # the odometer's relative slack on the composed epsilon (float conversion)
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,9 @@ class PrivacyEvent:
     noise_multiplier: float | None = None
     epsilon: float | None = None
     delta: float | None = None
+    neighbouring: str | None = None
+    declared_epsilon: float | None = None
+    declared_delta: float | None = None
 
     def __post_init__(self) -> None:
         if self.mechanism not in _FIELDS_OF:
@@ -95,8 +106,35 @@ class PrivacyEvent:
             self._check_rho()
         elif self.mechanism == "dpsgd":
             self._check_dpsgd()
-        elif not (self.delta is not None and self.delta < 1):
+        else:
+            self._check_external()
+        if self.mechanism != "external" and self.neighbouring is not None:
+            raise ValueError(f"{self.mechanism} event has no field 'neighbouring'")
+
+    def _check_external(self) -> None:
+        if self.neighbouring not in NEIGHBOURING_RELATIONS:
+            raise ValueError(
+                f"{self.label}: an external event needs neighbouring 'replace_one' or "
+                f"'add_remove', got {self.neighbouring!r}"
+            )
+        if not (self.delta is not None and self.delta < 1):
             raise ValueError(f"external delta must be < 1, got {self.delta}")
+        from dpql.privacy.accountant import replace_one_guarantee
+
+        assert self.declared_epsilon is not None and self.declared_delta is not None
+        eps, delta = replace_one_guarantee(
+            self.declared_epsilon, self.declared_delta, self.neighbouring
+        )
+        assert self.epsilon is not None
+        if not (
+            math.isclose(self.epsilon, eps, rel_tol=1e-12)
+            and math.isclose(self.delta, delta, rel_tol=1e-12)
+        ):
+            raise ValueError(
+                f"{self.label}: charged (epsilon, delta) = ({self.epsilon!r}, {self.delta!r}) is "
+                f"not the replace-one conversion ({eps!r}, {delta!r}) of the declared "
+                f"{self.neighbouring} guarantee"
+            )
 
     def _check_rho(self) -> None:
         if not (self.noise_scale and self.rho and self.rho > 0):
@@ -151,9 +189,26 @@ class PrivacyEvent:
         )
 
     @classmethod
-    def external(cls, phase: str, label: str, *, epsilon: float, delta: float) -> PrivacyEvent:
-        """A declared (epsilon, delta)-DP release made outside dpql on the same private rows."""
-        return cls(phase, "external", label, epsilon=epsilon, delta=delta)
+    def external(
+        cls, phase: str, label: str, *, epsilon: float, delta: float, neighbouring: str
+    ) -> PrivacyEvent:
+        """A release made outside dpql on the same private rows, declared (``epsilon``,
+        ``delta``)-DP under ``neighbouring``; the event charges its replace-one conversion."""
+        from dpql.privacy.accountant import replace_one_guarantee
+
+        if neighbouring not in NEIGHBOURING_RELATIONS:
+            raise ValueError(f"unknown neighbouring relation {neighbouring!r}")
+        eps, charged_delta = replace_one_guarantee(epsilon, delta, neighbouring)
+        return cls(
+            phase,
+            "external",
+            label,
+            epsilon=eps,
+            delta=charged_delta,
+            neighbouring=neighbouring,
+            declared_epsilon=epsilon,
+            declared_delta=delta,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The event's fields, omitting those that are ``None``."""
@@ -165,31 +220,88 @@ class PrivacyEvent:
 
 
 class Ledger:
-    """Append-only record of a release's privacy events.
+    """Append-only record of a release's privacy events, and the release's odometer.
 
-    With ``rho_budget`` set, an append that would take the zCDP total (``math.fsum`` of the events'
-    rho, i.e. the correctly rounded exact sum) above the budget raises :class:`BudgetExceeded`
-    *before* the mechanism releases anything. Allocate with :func:`dpql.privacy.budget.split_rho`
-    or :func:`~dpql.privacy.budget.divide_rho` so the parts never sum above the total. DP-SGD and
-    external events are not covered by the rho cap: check ``epsilon(delta)`` against the target.
+    A ledger created with the release's budget refuses, by raising :class:`BudgetExceeded` in
+    :meth:`append` (which every mechanism calls *before* it draws noise), any event that would take
+    the composed spend over that budget:
+
+    * ``rho_budget``: the zCDP total of the Gaussian and Gumbel events (``math.fsum`` of their
+      rho, the correctly rounded exact sum) may not exceed it, with no tolerance. Allocate with
+      :func:`dpql.privacy.budget.split_rho` or :func:`~dpql.privacy.budget.divide_rho` so the
+      parts never sum above the total.
+    * ``epsilon_budget`` at ``delta``: the (epsilon, delta)-DP of *all* events, DP-SGD (RDP) and
+      external (epsilon, delta) ones included, as :mod:`dpql.privacy.accountant` composes them,
+      may not exceed it by more than the relative :data:`EPSILON_RTOL` (floating-point slack of
+      the conversion). An event whose external delta uses up ``delta`` is refused too.
+
+    ``dpql compile`` creates its ledger with :meth:`for_budget` from the plan's budget. A ledger
+    without a budget (``Ledger()``) records only; it is for tests and benchmarks.
     """
 
     def __init__(
-        self, events: Iterable[PrivacyEvent] = (), *, rho_budget: float | None = None
+        self,
+        events: Iterable[PrivacyEvent] = (),
+        *,
+        rho_budget: float | None = None,
+        epsilon_budget: float | None = None,
+        delta: float | None = None,
     ) -> None:
+        if epsilon_budget is not None and delta is None:
+            raise ValueError("an epsilon budget needs its delta")
+        if delta is not None and not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        for name, value in (
+            ("rho_budget", rho_budget),
+            ("epsilon_budget", epsilon_budget),
+        ):
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
         self._events: list[PrivacyEvent] = []
         self.rho_budget = rho_budget
+        self.epsilon_budget = epsilon_budget
+        self.delta = delta
         for event in events:
             self.append(event)
 
+    @classmethod
+    def for_budget(cls, *, epsilon: float, delta: float, rho: float) -> Ledger:
+        """An empty odometer for a release of (``epsilon``, ``delta``)-DP whose own zCDP
+        mechanisms may spend ``rho`` (the plan's :class:`~dpql.plan.planner.Budget`)."""
+        return cls(rho_budget=rho, epsilon_budget=epsilon, delta=delta)
+
     def append(self, event: PrivacyEvent) -> None:
+        """Record ``event``, or raise :class:`BudgetExceeded` (recording nothing) if it would
+        take the spend over the budget."""
         if self.rho_budget is not None and event.rho is not None:
             spent = self.total_rho()
             rhos = [e.rho for e in self._events if e.rho is not None]
             if math.fsum([*rhos, event.rho]) > self.rho_budget:  # one rounding of the exact sum
                 remaining = max(0.0, self.rho_budget - spent)
                 raise BudgetExceeded(requested=event.rho, remaining=remaining, what=event.label)
+        if self.epsilon_budget is not None:
+            self._check_epsilon(event)
         self._events.append(event)
+
+    def _check_epsilon(self, event: PrivacyEvent) -> None:
+        assert self.epsilon_budget is not None and self.delta is not None
+        after = _composed_epsilon([*self._events, event], self.delta)
+        if after <= self.epsilon_budget * (1 + EPSILON_RTOL):
+            return
+        before = _composed_epsilon(self._events, self.delta)
+        shown = "inf (delta used up)" if math.isinf(after) else f"{after:.12g}"
+        raise BudgetExceeded(
+            requested=after - before,
+            remaining=max(0.0, self.epsilon_budget - before),
+            what=event.label,
+            unit="epsilon",
+            message=(
+                f"privacy budget exceeded by {event.label!r} ({event.phase}, {event.mechanism}): "
+                f"it would take the composed spend from epsilon={before:.12g} to "
+                f"epsilon={shown} at delta={self.delta:g}, over the budget "
+                f"epsilon={self.epsilon_budget:g}"
+            ),
+        )
 
     @property
     def events(self) -> tuple[PrivacyEvent, ...]:
@@ -209,9 +321,37 @@ class Ledger:
         return epsilon_from_events(self._events, delta).epsilon
 
     def to_json(self) -> dict[str, Any]:
-        return {"rho_budget": self.rho_budget, "events": [e.to_json() for e in self._events]}
+        return {
+            "rho_budget": self.rho_budget,
+            "epsilon_budget": self.epsilon_budget,
+            "delta": self.delta,
+            "events": [e.to_json() for e in self._events],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Ledger:
         events = (PrivacyEvent.from_json(e) for e in data["events"])
-        return cls(events, rho_budget=data.get("rho_budget"))
+        return cls(
+            events,
+            rho_budget=data.get("rho_budget"),
+            epsilon_budget=data.get("epsilon_budget"),
+            delta=data.get("delta"),
+        )
+
+
+def _composed_epsilon(events: Sequence[PrivacyEvent], delta: float) -> float:
+    """Epsilon at ``delta`` of ``events`` composed; ``inf`` if external deltas use up ``delta``.
+
+    zCDP-only ledgers convert their rho sum directly (what the accountant gives for them, to
+    within 1e-9); any DP-SGD or external event sends the whole ledger through the accountant.
+    """
+    from dpql.privacy.accountant import eps_from_rho, epsilon_from_events
+
+    if not events:
+        return 0.0
+    if all(e.mechanism in ZCDP_MECHANISMS for e in events):
+        return eps_from_rho(math.fsum(e.implied_rho for e in events), delta)
+    try:
+        return epsilon_from_events(events, delta).epsilon
+    except ValueError:  # the external events' delta is >= delta: no epsilon is finite
+        return math.inf

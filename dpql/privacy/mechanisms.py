@@ -10,12 +10,14 @@ callers pass sensitivities computed under that relation (``Query.sensitivity(n)`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 from dpql.privacy.noise import NoiseSource
+
+_SCALE_MARGIN = 2.0**-40  # float rounding of sigma * unit must not lower the noise
 
 
 def _check_positive(name: str, value: float) -> None:
@@ -50,7 +52,8 @@ def gumbel_beta(score_sensitivity: float, k: int, rho: float) -> float:
 
 
 def gaussian_mechanism(
-    answers: np.ndarray,
+    sums: Sequence[np.ndarray],
+    units: Sequence[float],
     l2_sensitivity: float,
     rho: float,
     *,
@@ -59,30 +62,58 @@ def gaussian_mechanism(
     phase: str,
     label: str,
     count: int | None = None,
-) -> np.ndarray:
-    """Release ``answers + N(0, sigma^2 I)`` with sigma = ``gaussian_sigma(l2_sensitivity, rho)``.
+) -> list[np.ndarray]:
+    """The (discrete) Gaussian mechanism on integer vectors: block ``j`` is released as
+    ``sums[j] + Y_j`` with ``Y_j`` i.i.d. discrete Gaussian ``N_Z(0, (sigma * units[j])^2)``,
+    ``sigma = gaussian_sigma(l2_sensitivity, rho)``, drawn exactly by
+    :meth:`~dpql.privacy.noise.NoiseSource.discrete_gaussian`. Nothing but integers leaves it.
 
-    Guarantee: rho-zCDP under replace-one, provided ``l2_sensitivity`` bounds
-    ||answers(D) - answers(D')||_2 over replace-one neighbours D, D' (for a concatenation of
-    queries: the sqrt of the sum of their squared L2 sensitivities). Bun & Steinke 2016, Prop. 1.6.
+    Guarantee: rho-zCDP under replace-one, provided ``l2_sensitivity`` bounds the L2 change of
+    the real vector ``(sums[j] / units[j])_j`` between neighbours (Canonne, Kamath & Steinke
+    2020, Theorem 14: independent discrete Gaussians of scales ``sigma_j`` on an integer-valued
+    ``q`` are ``eps^2/2``-zCDP when ``sum_j (q_j(D) - q_j(D'))^2 / sigma_j^2 <= eps^2``; here
+    ``sum_j ||Delta sums_j||^2 / (sigma units_j)^2 <= l2^2 / sigma^2 = 2 rho``). Each scale is
+    raised by a relative ``2^-40`` so float rounding can only add noise.
 
-    ``answers`` may be any shape (e.g. many queries' cells concatenated); the event's ``count`` is
-    ``answers.size`` unless given. Returns float64 noisy answers of the same shape, unclipped.
+    ``units[j]`` converts block ``j`` of the released real vector to integer steps (``n / grid``
+    for an answer averaged over the public ``n`` on its grid, divided by the block's public
+    scale). The event records ``sigma`` and ``l2_sensitivity`` in the real vector's units;
+    ``count`` is the number of integers released unless given. Returns int64 arrays.
     """
-    values = np.asarray(answers, dtype=np.float64)
+    blocks = [np.asarray(s) for s in sums]
+    if len(blocks) != len(units):
+        raise ValueError("one unit per block of sums")
+    ints = []
+    for b in blocks:
+        whole = np.rint(b)
+        if not np.array_equal(whole, b) or (b.size and np.abs(whole).max() >= 2.0**62):
+            raise ValueError(f"{label}: the discrete Gaussian releases integer sums only")
+        ints.append(whole.astype(np.int64))
+    for u in units:
+        _check_positive("unit", u)
     sigma = gaussian_sigma(l2_sensitivity, rho)
     ledger.append(
         PrivacyEvent(
             phase,
             "gaussian",
             label,
-            count=values.size if count is None else count,
+            count=sum(b.size for b in ints) if count is None else count,
             l2_sensitivity=l2_sensitivity,
             noise_scale=sigma,
             rho=rho,
         )
     )
-    return values + noise.gaussian(values.shape, sigma)
+    # blocks at the same scale share one vectorised draw (e.g. every marginal of a round)
+    by_scale: dict[float, list[int]] = {}
+    for j, u in enumerate(units):
+        by_scale.setdefault(sigma * u * (1 + _SCALE_MARGIN), []).append(j)
+    out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(ints)
+    for scale, idx in by_scale.items():
+        sizes = [ints[j].size for j in idx]
+        draws = np.split(noise.discrete_gaussian(scale, sum(sizes)), np.cumsum(sizes)[:-1])
+        for j, part in zip(idx, draws, strict=True):
+            out[j] = ints[j] + part.reshape(ints[j].shape)
+    return out
 
 
 def gumbel_top_k(

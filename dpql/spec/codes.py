@@ -14,6 +14,8 @@ CODES: dict[str, str] = {
     "E003": "empty document, or the document is not a mapping",
     "E004": "mapping key that is not a plain scalar",
     "E005": "file cannot be read (missing, unreadable, not UTF-8)",
+    "E006": "document over the size limits (characters, nesting depth, values once aliases are "
+    "expanded) or with a recursive alias",
     "E010": "unknown key",
     "E011": "required field missing",
     "E012": "value has the wrong type",
@@ -29,6 +31,8 @@ CODES: dict[str, str] = {
     "E108": "privacy split invalid (unknown phase for the method, or shares not summing to 1)",
     "E109": "missing-value rule invalid (fill/other value not declared or not in the domain)",
     "E110": "data format cannot be inferred from the path; set data.format",
+    "E111": "list or string longer than its limit (name, description, columns, workload items, "
+    "requirements, one DSL string)",
     "W101": "delta is not below 1/rows (allowed in the spec; policies usually forbid it)",
     "P001": "epsilon exceeds the policy's max_epsilon",
     "P002": "delta exceeds the policy's max_delta",
@@ -37,4 +41,5 @@ CODES: dict[str, str] = {
     "P005": "a column lacks public bounds (numeric min/max, categorical values)",
     "P006": "delta is not below 1/rows",
     "P007": "lifetime privacy budget would be exceeded",
+    "P008": "lifetime delta (the policy's lifetime.delta) would be exceeded",
 }

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -35,7 +36,14 @@ from dpql.spec.models import (
     Policy,
     ReleaseSpec,
 )
-from dpql.spec.yamlpos import Located, Path_, YamlDoc, load_yaml, plain_scalar
+from dpql.spec.yamlpos import (
+    MAX_DOCUMENT_CHARS,
+    Located,
+    Path_,
+    YamlDoc,
+    load_yaml,
+    plain_scalar,
+)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -121,8 +129,11 @@ class LoadedPolicy:
 def normalised_spec_json(spec: ReleaseSpec) -> str:
     """The spec as canonical JSON: defaults filled in, keys sorted, compact, columns as an
     ordered list (column order is meaningful: it is the domain's order). Paths stay as written,
-    so the hash does not depend on where the repository is checked out."""
+    so the hash does not depend on where the repository is checked out. ``output.curator`` (where
+    the curator keeps its own file) is left out: it is not part of what is released, and the
+    normalised spec is published in the provenance record."""
     data = spec.model_dump(mode="json", by_alias=True)
+    data["output"].pop("curator", None)
     data["schema"] = [{"name": name, **col} for name, col in data["schema"].items()]
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -179,8 +190,22 @@ def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
 
 def _read_yaml(path: str | os.PathLike[str]) -> YamlDoc:
     file = os.fspath(path)
+    limit = 4 * MAX_DOCUMENT_CHARS  # bytes: UTF-8 takes at most 4 per character
     try:
-        text = Path(file).read_text(encoding="utf-8")
+        with open(file, "rb") as f:  # bounded: a huge file (or an endless pipe) is not read in
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            raise DiagnosticError(
+                [
+                    Diagnostic(
+                        "E006",
+                        f"{file} is larger than {limit:,} bytes; a spec or policy has at most "
+                        f"{MAX_DOCUMENT_CHARS:,} characters",
+                        SourcePos(file, 1, 1),
+                    )
+                ]
+            )
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         raise DiagnosticError(
@@ -278,6 +303,33 @@ def _tags(m: Any) -> tuple[Any, ...]:
     )
 
 
+# Hints for required fields whose right value needs explaining, keyed by the last two parts of
+# the field's location.
+_MISSING_HINTS: dict[tuple[str | int, ...], str] = {
+    ("budget", "neighbouring"): "add 'neighbouring: replace_one' or 'neighbouring: add_remove': "
+    "the relation the external tool's guarantee holds under (replace_one: one row replaced at "
+    "the same n; add_remove: one row added or removed, charged as (2 epsilon, (1 + e^epsilon) "
+    "delta)); its documentation or paper states it",
+}
+
+
+_BOUND_WORDS = {
+    "greater_than": ("gt", "should be greater than"),
+    "greater_than_equal": ("ge", "should be at least"),
+    "less_than": ("lt", "should be less than"),
+    "less_than_equal": ("le", "should be at most"),
+}
+
+
+def _range_text(kind: str, ctx: dict[str, Any], should: str) -> str:
+    """pydantic's range message with the bound written short (1e-100, not 0.000...1)."""
+    key, words = _BOUND_WORDS.get(kind, ("", ""))
+    bound = ctx.get(key)
+    if isinstance(bound, bool) or not isinstance(bound, int | float):
+        return should
+    return f"{words} {bound:,}" if isinstance(bound, int) else f"{words} {bound:g}"
+
+
 def _got(value: Any) -> str:
     if isinstance(value, dict):
         return " (got a mapping)"
@@ -292,7 +344,7 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
     ctx: dict[str, Any] = err.get("ctx") or {}
     path = _doc_path(doc, loc)
     name = _dotted(path)
-    should = err["msg"].replace("Input should", "should", 1)
+    should = re.sub(r"^(?:Input|String|List|Dictionary|Value) should", "should", err["msg"])
 
     if kind == "extra_forbidden":
         allowed = _allowed_keys(model, loc[:-1])
@@ -303,9 +355,8 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         field = ctx.get("discriminator", "").strip("'") or str(loc[-1])
         where = f" in '{name}'" if path else ""
         pos = doc.key_pos(path)  # the parent key; at top level, where the document starts
-        return Diagnostic(
-            "E011", f"missing required field '{field}'{where}", pos, f"add '{field}: ...'"
-        )
+        hint = _MISSING_HINTS.get(loc[-2:], f"add '{field}: ...'")
+        return Diagnostic("E011", f"missing required field '{field}'{where}", pos, hint)
     if kind == "union_tag_invalid":
         field = ctx["discriminator"].strip("'")
         expected = [t.strip(" '") for t in ctx["expected_tags"].split(",")]
@@ -320,7 +371,16 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         hint = did_you_mean(str(got), expected) or f"use one of: {', '.join(expected)}"
         return Diagnostic("E102", f"'{name}' {should}{_got(got)}", pos, hint)
     if kind in _RANGE_ERRORS:
-        return Diagnostic("E101", f"'{name}' {should}{_got(err['input'])}", pos)
+        text = _range_text(kind, ctx, should)
+        return Diagnostic("E101", f"'{name}' {text}{_got(err['input'])}", pos)
+    if kind in ("too_long", "string_too_long"):
+        return Diagnostic(
+            "E111",
+            f"'{name}' {should.replace(' after validation', '')}",
+            pos,
+            "dpql bounds the size of a spec so that planning is quick (limits in "
+            "spec/language.md §9)",
+        )
     if kind in ("too_short", "string_too_short"):
         return Diagnostic(
             "E103",
@@ -337,6 +397,8 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         hint = "remove the quotes: a quoted value is text"
     elif kind == "bool_type":
         hint = "use true or false"
+    elif kind == "int_type" and isinstance(got, float) and got.is_integer() and abs(got) < 1e18:
+        hint = f"write a whole number without a point or exponent: {int(got)}"
     return Diagnostic("E012", f"'{name}' {should}{_got(got)}", pos, hint)
 
 
@@ -368,6 +430,28 @@ def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
     return out
 
 
+#: A bin must span at least this many representable doubles (ulps at its magnitude), so that
+#: values in it, their [0, 1] scale and the bin edges stay distinct (spec/language.md §9).
+MIN_BIN_ULPS = 1024
+
+
+def _too_fine(lo: float, hi: float, bins: int) -> str | None:
+    """Why ``bins`` equal bins over ``[lo, hi]`` cannot be represented, or None."""
+    span = hi - lo
+    if not math.isfinite(span):
+        return f"max - min overflows ({hi:g} - {lo:g} is not a finite number)"
+    ulp = math.ulp(max(abs(lo), abs(hi)))
+    width = span / bins
+    if width < MIN_BIN_ULPS * ulp:
+        what = "the range" if bins == 1 else f"each of the {bins:,} bins"
+        return (
+            f"{what} would be {width:.3g} wide at magnitude {max(abs(lo), abs(hi)):.3g}, where "
+            f"doubles are {ulp:.3g} apart: values could not be told apart (a bin must span "
+            f"at least {MIN_BIN_ULPS:,} representable values)"
+        )
+    return None
+
+
 def _numeric_checks(col: NumericSpec, here: Path_, doc: YamlDoc) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     if col.min >= col.max:
@@ -378,6 +462,19 @@ def _numeric_checks(col: NumericSpec, here: Path_, doc: YamlDoc) -> list[Diagnos
                 doc.value_pos((*here, "max")),
             )
         )
+    else:
+        top = col.max + 1 if col.integer else col.max
+        why = _too_fine(col.min, top, (col.bins or 1) if col.edges is None else 1)
+        if why is not None:
+            out.append(
+                Diagnostic(
+                    "E104",
+                    f"bounds of '{_dotted(here)}' unusable: {why}",
+                    doc.value_pos((*here, "max")),
+                    "declare bounds that fit the values (rescale or shift the column if "
+                    "needed), or use fewer bins",
+                )
+            )
     if col.integer:
         for key in ("min", "max"):
             value = getattr(col, key)
@@ -411,6 +508,33 @@ def _numeric_checks(col: NumericSpec, here: Path_, doc: YamlDoc) -> list[Diagnos
                 )
             )
             return out
+        why = _too_fine(edges[i - 1], edges[i], 1)
+        if why is not None:
+            out.append(
+                Diagnostic(
+                    "E105",
+                    f"bin [{edges[i - 1]:g}, {edges[i]:g}) unusable: {why}",
+                    doc.value_pos((*here, "edges", i)),
+                    "declare edges further apart (rescale or shift the column if needed)",
+                )
+            )
+            return out
+    span = col.max - col.min
+    if (
+        math.isfinite(span)
+        and span > 0
+        and (edges[0] < col.min - span or edges[-1] > col.max + span)
+    ):
+        i = 0 if edges[0] < col.min - span else len(edges) - 1
+        out.append(
+            Diagnostic(
+                "E105",
+                f"edge {edges[i]:g} lies far outside [min, max] = [{col.min:g}, {col.max:g}]: "
+                "values are clipped to the bounds, so bins out there stay empty",
+                doc.value_pos((*here, "edges", i)),
+                "the outer edges may pass the bounds by at most max - min; use min and max",
+            )
+        )
     if edges[0] > col.min:
         out.append(
             Diagnostic(

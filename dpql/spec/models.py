@@ -9,9 +9,14 @@ Missing values (the ``missing`` keys). A top-level ``missing: error | drop`` is 
 every column; a column may override it with its own ``missing``:
 
 * ``error`` (default): a missing value in the data is an input error (E4xx, data layer);
-* ``drop``: rows with a missing value in this column are dropped before measurement. The public
-  row count ``data.rows`` still defines neighbouring tables, so the custodian should set it to
-  the count after dropping (it is public knowledge like every other spec value);
+* ``drop``: a row with a missing value in this column is left out of every measurement: it
+  contributes zero to every sum, and averages are still divided by the public n. ``data.rows``
+  stays the file's public row count (or another public figure) and must never depend on the
+  data: not the count after dropping, which reveals how many private rows had missing values.
+  Neighbouring tables have n rows each; a record that is dropped contributes zero and one that
+  is kept a vector in the query's range, so replacing one changes each sum by at most what the
+  sensitivities already allow. A data-dependent count (e.g. of complete rows) is only ever a DP
+  count: a ``count(...)`` query in the workload, noisy and charged to the ledger like any other;
 * ``fill``: replace a missing value by the column's public ``fill`` value (a category of
   ``values``, or a number in ``[min, max]``);
 * ``other`` (categorical only): map to the column's declared ``other`` category, the catch-all
@@ -31,12 +36,35 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 DEFAULT_BINS = 10  # numeric columns with neither bins nor edges
 
+# Limits that bound the work and memory of loading and planning a spec, and keep every number
+# in the range where dpql's arithmetic is exact enough (spec/language.md §9; E101, E111).
+MAX_ROWS = 10**10  # data.rows and synthesizer rows
+MAX_BINS = 1_000_000  # bins of a numeric column (= the largest marginal, E305)
+MAX_EDGES = MAX_BINS + 1
+MAX_NAME_CHARS = 200
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_COLUMNS = 1_000
+MAX_WORKLOAD_ITEMS = 1_000
+MAX_REQUIREMENTS = 200
+MAX_DSL_CHARS = 10_000  # one workload item or requirement
+MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
+MIN_RHO, MAX_RHO = 1e-12, 1e6
+MIN_DELTA, MAX_DELTA = 1e-100, 0.5
+MIN_SHARE, MAX_SHARE = 0.001, 0.999  # postprocess.share
+MIN_SPLIT = 1e-6  # privacy.split shares (exact to 1e-6)
+
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Probability = Annotated[float, Field(gt=0, lt=1)]
-Share = Annotated[float, Field(gt=0, lt=1)]
+Share = Annotated[float, Field(ge=MIN_SHARE, le=MAX_SHARE)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+Rows = Annotated[int, Field(gt=0, le=MAX_ROWS)]
+Epsilon = Annotated[float, Field(ge=MIN_EPSILON, le=MAX_EPSILON, allow_inf_nan=False)]
+Rho = Annotated[float, Field(ge=MIN_RHO, le=MAX_RHO, allow_inf_nan=False)]
+Delta = Annotated[float, Field(ge=MIN_DELTA, le=MAX_DELTA)]
+SplitShare = Annotated[float, Field(ge=MIN_SPLIT, le=1, allow_inf_nan=False)]
+DslStr = Annotated[str, Field(min_length=1, max_length=MAX_DSL_CHARS)]
 
 Method = Literal["rap", "gan", "external"]
 Phase = Literal["selection", "measurement", "autoencoder", "generator"]
@@ -57,8 +85,10 @@ class DataSpec(_Model):
     """Where the private table is and its public size."""
 
     path: NonEmptyStr = Field(description="Data file, relative to the spec file.")
-    rows: PositiveInt = Field(
-        description="Public row count n. Neighbouring tables: replace-one, both with n rows."
+    rows: Rows = Field(
+        description="Public row count n: the file's published row count (or another public "
+        "figure), never computed from the data (not the count after missing: drop). "
+        "Neighbouring tables: replace-one, both with n rows."
     )
     format: Literal["csv", "parquet"] | None = Field(
         None, description="File format; inferred from the path's extension when absent."
@@ -75,12 +105,13 @@ class NumericSpec(_Model):
     min: Finite = Field(description="Public lower bound (values below are clipped).")
     max: Finite = Field(description="Public upper bound (values above are clipped).")
     integer: bool = False
-    bins: PositiveInt | None = Field(
+    bins: Annotated[int, Field(gt=0, le=MAX_BINS)] | None = Field(
         None, description=f"Equal-width bins over [min, max]; {DEFAULT_BINS} when no edges."
     )
     edges: list[Finite] | None = Field(
         None,
         min_length=2,
+        max_length=MAX_EDGES,
         description="Strictly increasing bin edges with edges[0] <= min and edges[-1] >= max.",
     )
     missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
@@ -122,10 +153,10 @@ class PrivacySpec(_Model):
     """The release budget: ``epsilon`` and ``delta``, or a zCDP ``rho`` (optionally ``delta``,
     the delta at which rho is reported as (epsilon, delta))."""
 
-    epsilon: PositiveFloat | None = None
-    delta: Probability | None = None
-    rho: PositiveFloat | None = None
-    split: dict[Phase, PositiveFloat] | None = Field(
+    epsilon: Epsilon | None = None
+    delta: Delta | None = None
+    rho: Rho | None = None
+    split: dict[Phase, SplitShare] | None = Field(
         None, description="Shares of the synthesizer budget per phase; they sum to 1."
     )
 
@@ -133,31 +164,44 @@ class PrivacySpec(_Model):
 class RapOptions(_Model):
     """RAP++ knobs (rap_pp.md §4); unset ones take the backend's defaults."""
 
-    rounds: PositiveInt | None = None
-    queries_per_round: PositiveInt | None = None
-    relaxed_rows: PositiveInt | None = None
-    iterations: PositiveInt | None = None
-    warm_iterations: PositiveInt | None = None
-    learning_rate: PositiveFloat | None = None
+    rounds: Annotated[int, Field(gt=0, le=1_000)] | None = None
+    queries_per_round: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    relaxed_rows: Annotated[int, Field(gt=0, le=10**9)] | None = None
+    iterations: Annotated[int, Field(gt=0, le=10**6)] | None = None
+    warm_iterations: Annotated[int, Field(gt=0, le=10**6)] | None = None
+    learning_rate: Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)] | None = None
 
 
 class RapSynthesizer(_Model):
     method: Literal["rap"]
-    rows: PositiveInt = Field(description="Rows of the synthetic table.")
+    rows: Rows = Field(description="Rows of the synthetic table.")
     options: RapOptions = RapOptions()
 
 
 class GanSynthesizer(_Model):
     method: Literal["gan"]
-    rows: PositiveInt = Field(description="Rows of the synthetic table.")
+    rows: Rows = Field(description="Rows of the synthetic table.")
     options: dict[str, Any] = Field(
         default_factory=dict, description="DP-auto-GAN knobs, validated by the gan backend."
     )
 
 
-class Budget(_Model):
-    epsilon: PositiveFloat
-    delta: Probability
+Neighbouring = Literal["replace_one", "add_remove"]
+
+
+class ExternalBudget(_Model):
+    """The (epsilon, delta)-DP guarantee another tool declares for its table, and the
+    neighbouring relation it holds under. dpql's relation is replace-one at the public n; an
+    ``add_remove`` guarantee (e, d) is charged as (2e, (1 + e^e) d) by group privacy (a
+    replacement is a removal then an addition)."""
+
+    epsilon: Epsilon = Field(description="The declared epsilon.")
+    delta: Delta = Field(description="The declared delta.")
+    neighbouring: Neighbouring = Field(
+        description="Relation the declared guarantee holds under: replace_one (same n, one row "
+        "replaced) or add_remove (one row added or removed; charged as (2 epsilon, "
+        "(1 + e^epsilon) delta))."
+    )
 
 
 class ExternalSynthesizer(_Model):
@@ -165,8 +209,10 @@ class ExternalSynthesizer(_Model):
 
     method: Literal["external"]
     path: NonEmptyStr = Field(description="The external synthetic table, relative to the spec.")
-    budget: Budget = Field(description="The (epsilon, delta) the external table was made with.")
-    rows: PositiveInt | None = Field(None, description="Rows to output; default: the table's.")
+    budget: ExternalBudget = Field(
+        description="The (epsilon, delta) the external table was made with, and its relation."
+    )
+    rows: Rows | None = Field(None, description="Rows to output; default: the table's.")
 
 
 SynthesizerSpec = Annotated[
@@ -183,6 +229,13 @@ class OutputSpec(_Model):
     path: NonEmptyStr = Field(description="Synthetic table, relative to the spec file.")
     provenance: NonEmptyStr = Field(description="Provenance record (JSON).")
     ledger: NonEmptyStr | None = Field(None, description="Mechanism-event ledger (JSONL).")
+    curator: NonEmptyStr | None = Field(
+        None,
+        description="CURATOR-ONLY file (true row count, clip counts, keyed HMAC of the data "
+        "file, timings), relative to the spec file; never publish it. Default: "
+        "curator/<table stem>.CURATOR-ONLY.json. Its HMAC key is $DPQL_CURATOR_KEY, else "
+        "dpql-curator.key (mode 0600) in the same folder. Left out of the normalised spec.",
+    )
 
 
 class ReleaseSpec(_Model):
@@ -191,17 +244,21 @@ class ReleaseSpec(_Model):
     model_config = ConfigDict(title="dpql release spec")
 
     dpql: Literal[1] = Field(description="Spec format version.")
-    name: NonEmptyStr
-    description: str = ""
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+    description: Annotated[str, Field(max_length=MAX_DESCRIPTION_CHARS)] = ""
     data: DataSpec
-    columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1)
+    columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1, max_length=MAX_COLUMNS)
     missing: Literal["error", "drop"] = Field(
         "error", description="Default missing-value rule of every column."
     )
     privacy: PrivacySpec
-    workload: list[NonEmptyStr] = Field(min_length=1, description="DSL query expressions.")
-    requirements: list[NonEmptyStr] = Field(
-        default_factory=list, description="DSL requirement expressions."
+    workload: list[DslStr] = Field(
+        min_length=1, max_length=MAX_WORKLOAD_ITEMS, description="DSL query expressions."
+    )
+    requirements: list[DslStr] = Field(
+        default_factory=list,
+        max_length=MAX_REQUIREMENTS,
+        description="DSL requirement expressions.",
     )
     synthesizer: SynthesizerSpec
     postprocess: PostprocessSpec | None = None
@@ -215,6 +272,11 @@ class ReleaseSpec(_Model):
 
 class Lifetime(_Model):
     epsilon: PositiveFloat = Field(description="Total epsilon over all releases of the source.")
+    delta: Probability | None = Field(
+        None,
+        description="Total delta over all releases of the source (the deltas add); unset: "
+        "the summed delta is reported but not capped.",
+    )
     ledger: NonEmptyStr = Field(description="Release ledger (JSONL), relative to the policy.")
 
 

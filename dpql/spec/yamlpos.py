@@ -7,7 +7,13 @@ dates stay strings (a category named ``no`` must not become ``False``). Quoted a
 are always strings; mapping keys are always strings (their text).
 
 Errors (codes in :mod:`dpql.spec.codes`): E001 YAML syntax, E002 duplicate mapping key (both
-positions), E003 empty document, E004 a key that is not a plain scalar.
+positions), E003 empty document, E004 a key that is not a plain scalar, E006 a document over the
+limits below (checked while composing, so a hostile file is refused before it is expanded),
+E101 an integer literal of more than :data:`MAX_INT_DIGITS` digits.
+
+Limits (spec/language.md §9): at most :data:`MAX_DOCUMENT_CHARS` characters, nesting at most
+:data:`MAX_DEPTH` levels deep (aliases counted where they are used), at most :data:`MAX_NODES`
+values once every alias is expanded, and no alias inside the node it names.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import yaml
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
@@ -32,6 +40,15 @@ _FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?
 _INF = re.compile(r"^([-+]?)\.(?:inf|Inf|INF)$")
 _NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
 
+#: Largest spec or policy document, in characters (a hand-written spec is a few kB).
+MAX_DOCUMENT_CHARS = 2**20
+#: Deepest nesting of lists and mappings (the release spec needs 4 levels).
+MAX_DEPTH = 64
+#: Most values (scalars, lists, mappings) in a document once every alias is expanded.
+MAX_NODES = 1_000_000
+#: Most digits of an integer literal (larger magnitudes: write a float such as 1e120).
+MAX_INT_DIGITS = 100
+
 
 # PyYAML's messages for the commonest mistakes, in plain words.
 _PLAIN_WORDS = {
@@ -41,6 +58,13 @@ _PLAIN_WORDS = {
 }
 
 
+def _int_digits(text: str) -> int:
+    """Digits of a plain integer literal (decimal, 0o or 0x), 0 for anything else."""
+    if _INT.match(text):
+        return len(text.lstrip("+-"))
+    return len(text) - 2 if _INT_BASE.match(text) else 0
+
+
 def plain_scalar(text: str) -> Any:
     """Type a plain (unquoted) scalar by the YAML 1.2 core schema."""
     if _NULL.match(text):
@@ -48,7 +72,8 @@ def plain_scalar(text: str) -> Any:
     if text in _BOOL:
         return _BOOL[text]
     if _INT.match(text):
-        return int(text)
+        # Python refuses to convert more than 4,300 digits; the loader reports E101 first.
+        return int(text) if _int_digits(text) <= MAX_INT_DIGITS else float(text)
     if _INT_BASE.match(text):
         return int(text[2:], 8 if text[1] == "o" else 16)
     if _FLOAT.match(text):
@@ -122,6 +147,11 @@ class YamlDoc:
     data: Any
     root: Node
 
+    @cached_property
+    def lines(self) -> list[str]:
+        """The document's lines (split once: a spec may have thousands of DSL strings)."""
+        return self.text.splitlines()
+
     def _node(self, path: Path_) -> tuple[Node | None, Node]:
         """(key node, value node) at ``path``; raises KeyError when ``path`` is not there."""
         key: Node | None = None
@@ -163,14 +193,28 @@ class YamlDoc:
         node = self._node(path)[1]
         if not isinstance(node, ScalarNode):
             raise KeyError(path)
-        segs = _segments(node, self.text.splitlines())
+        segs = _segments(node, self.lines)
         line, col, size = segs[0]
         return Located(node.value, SourcePos(self.file, line, col, col + size), segs)
 
 
 def _build(file: str, node: Node, errors: list[Diagnostic]) -> Any:
     if isinstance(node, ScalarNode):
-        return plain_scalar(node.value) if node.style is None else node.value
+        if node.style is not None:
+            return node.value
+        digits = _int_digits(node.value)
+        if digits > MAX_INT_DIGITS:
+            errors.append(
+                Diagnostic(
+                    "E101",
+                    f"an integer of {digits:,} digits is out of range (at most "
+                    f"{MAX_INT_DIGITS} digits)",
+                    node_pos(file, node),
+                    "write a large magnitude as a float (1e9), or quote the value if it is text",
+                )
+            )
+            return None
+        return plain_scalar(node.value)
     if isinstance(node, SequenceNode):
         return [_build(file, item, errors) for item in node.value]
     if isinstance(node, MappingNode):
@@ -206,10 +250,107 @@ def _build(file: str, node: Node, errors: list[Diagnostic]) -> Any:
     )
 
 
+class _TooComplex(Exception):
+    """A document over the limits (E006), found while composing."""
+
+    def __init__(self, message: str, mark: Any, hint: str) -> None:
+        super().__init__(message)
+        self.message, self.mark, self.hint = message, mark, hint
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """PyYAML's composer with the limits of the module docstring, checked as nodes are built.
+
+    The composer recurses once per nesting level and PyYAML's scanner slows down quadratically
+    with flow nesting, so the depth is checked on the way down, before the next level is
+    scanned. Aliases return the anchored node itself: sizes and heights are kept per node (by
+    identity) so an alias costs its expanded size without being expanded, and an alias to an
+    anchor still being composed (a cycle) is refused where it is written.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._open: list[str] = []  # anchors of the nodes being composed
+        self._measure: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, height)
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        if isinstance(event, AliasEvent) and event.anchor in self._open:
+            raise _TooComplex(
+                f"the alias *{event.anchor} is inside the node it names (a recursive alias)",
+                event.start_mark,
+                "YAML aliases must not refer to an enclosing node",
+            )
+        if self._depth >= MAX_DEPTH:
+            raise _TooComplex(
+                f"the document is nested more than {MAX_DEPTH} levels deep",
+                event.start_mark,
+                "a release spec needs a few levels; flatten the structure",
+            )
+        anchor = None if isinstance(event, AliasEvent) else event.anchor
+        self._depth += 1
+        if anchor is not None:
+            self._open.append(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open.pop()
+        if id(node) not in self._measure:
+            self._measure[id(node)] = self._size_height(node)
+        return node
+
+    def _size_height(self, node: Node) -> tuple[int, int]:
+        if isinstance(node, ScalarNode):
+            return 1, 1
+        children = (
+            [c for pair in node.value for c in pair]
+            if isinstance(node, MappingNode)
+            else list(node.value)
+        )
+        known = [self._measure.get(id(c), (1, 1)) for c in children]
+        size = 1 + sum(s for s, _ in known)
+        height = 1 + max((h for _, h in known), default=0)
+        if size > MAX_NODES:
+            raise _TooComplex(
+                f"this value expands to more than {MAX_NODES:,} values (YAML aliases repeat "
+                "the node they name; an alias bomb?)",
+                node.start_mark,
+                "write the values out, or use fewer aliases",
+            )
+        if height > MAX_DEPTH:
+            raise _TooComplex(
+                f"this value is nested more than {MAX_DEPTH} levels deep once its aliases "
+                "are expanded",
+                node.start_mark,
+                "use fewer nested aliases",
+            )
+        return size, height
+
+
 def load_yaml(text: str, file: str) -> YamlDoc:
-    """Parse one YAML document keeping positions; raise DiagnosticError on E001-E004."""
+    """Parse one YAML document keeping positions; raise DiagnosticError on E001-E004, E006
+    (over the module's limits) and E101 (an integer of too many digits)."""
+    if len(text) > MAX_DOCUMENT_CHARS:
+        raise DiagnosticError(
+            [
+                Diagnostic(
+                    "E006",
+                    f"the document has {len(text):,} characters; the limit is "
+                    f"{MAX_DOCUMENT_CHARS:,}",
+                    SourcePos(file, 1, 1),
+                    "a release spec is a few kilobytes: list values once and use "
+                    "workload constructs (marginals(k), range, halfspaces) instead of many items",
+                )
+            ]
+        )
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_LimitedLoader)
+    except _TooComplex as e:
+        pos = SourcePos(file, e.mark.line + 1, e.mark.column + 1)
+        raise DiagnosticError([Diagnostic("E006", e.message, pos, e.hint)]) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         pos = SourcePos(file, mark.line + 1, mark.column + 1) if mark else SourcePos(file)

@@ -111,6 +111,8 @@ def measure(
         raise ValueError("scales need one array per release, one number per cell")
     total = np.zeros(len(queries))  # sum of answer / sigma^2
     precision = np.zeros(len(queries))
+    single = np.full(len(queries), np.nan)  # the answer itself, for a query in one release
+    releases_of = np.zeros(len(queries), dtype=np.int64)
     for i, (rel, rho_g) in enumerate(zip(releases, release_rhos(releases, rho), strict=True)):
         part = [queries[c] for c in rel.cells]
         name = label if len(releases) == 1 else f"{label} ({i + 1}/{len(releases)})"
@@ -123,9 +125,13 @@ def measure(
         s = gaussian_sigma(joint_l2_sensitivity(part, oracle.n, c.tolist()), rho_g) / c
         total[list(rel.cells)] += y / s**2
         precision[list(rel.cells)] += 1 / s**2
+        single[list(rel.cells)] = y
+        releases_of[list(rel.cells)] += 1
     if not (precision > 0).all():
         raise ValueError("every query must be in at least one release")
-    return Measurement(queries, total / precision, 1 / np.sqrt(precision), rho, oracle.n)
+    # a query answered once keeps its released value bit for bit (a whole number of grid steps)
+    noisy = np.where(releases_of == 1, single, total / precision)
+    return Measurement(queries, noisy, 1 / np.sqrt(precision), rho, oracle.n)
 
 
 def features(queries: Sequence[Query], table: EncodedTable) -> np.ndarray:
@@ -601,6 +607,7 @@ def external_table(
     *,
     epsilon: float,
     delta: float,
+    neighbouring: str,
     ledger: Ledger,
     label: str = "external synthetic table",
     **encode_options: Any,
@@ -609,12 +616,17 @@ def external_table(
 
     ``dpql.codec.encode_frame`` checks the frame against the schema (its diagnostics, E4xx,
     surface as they are; ``encode_options`` such as ``missing`` pass through). The table's own
-    (epsilon, delta)-DP claim enters the ledger as one ``external`` event, so the accountant
+    (epsilon, delta)-DP claim under ``neighbouring`` (``replace_one`` or ``add_remove``) enters
+    the ledger as one ``external`` event charging its replace-one conversion, so the accountant
     composes it with the post-processing measurements.
     """
     from dpql.codec import encode_frame
     from dpql.privacy.ledger import PrivacyEvent
 
     table = encode_frame(frame, domain, **encode_options).table
-    ledger.append(PrivacyEvent.external("synthesize", label, epsilon=epsilon, delta=delta))
+    ledger.append(
+        PrivacyEvent.external(
+            "synthesize", label, epsilon=epsilon, delta=delta, neighbouring=neighbouring
+        )
+    )
     return table

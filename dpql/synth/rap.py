@@ -488,7 +488,12 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     column is drawn by *systematic* sampling from its distribution (the quantiles
     ``(k + U) / c``, as the authors' code rounds ``c * p`` to counts), then the copies of each
     column are shuffled independently, so columns stay independent within a row as in the
-    product distribution while the row's marginals are matched up to 1/c.
+    product distribution while the row's marginals are matched up to 1/c: every value gets
+    ``floor(c p)`` or ``ceil(c p)`` copies, ``c p`` in expectation.
+
+    The shift ``U`` is drawn per relaxed row *and column*. One shift shared by all columns
+    (before issue 19) drew every column of a row at the same quantile whenever ``c = 1``,
+    coupling the columns through their declared value order.
     """
     probs = column_probs(layout, params[0])
     positions = np.clip(np.asarray(params[1], dtype=np.float64), 0.0, 1.0)
@@ -499,12 +504,12 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     owner = np.repeat(np.arange(m), copies)
     start = np.repeat(np.cumsum(copies) - copies, copies)
     rank = np.arange(rows) - start
-    shift = rng.random(m)
     codes: dict[str, np.ndarray] = {}
     scaled: dict[str, np.ndarray] = {}
     for col, size in zip(layout.domain.names, layout.sizes, strict=True):
         cdf = np.cumsum(probs[col], axis=1)[owner]
         shuffled = rank[np.lexsort((rng.random(rows), owner))]
+        shift = rng.random(m)  # per column: independent columns within a relaxed row
         u = (shuffled + shift[owner]) / copies[owner]
         draw = np.minimum((cdf < u[:, None]).sum(axis=1), size - 1).astype(np.int32)
         column = layout.domain[col]

@@ -32,8 +32,8 @@ Geometric(p), sampled by inversion, ``G = 1 + floor(log(U) / log(1 - p))`` with 
 on (0, 1] from 53 random bits (``P(G > k) = P(U <= (1-p)**k) = (1-p)**k``); positions past the
 last row end the sample. So the accountant's analysis (Poisson subsampling at rate q, secret
 sample) holds unchanged; the only departure from the ideal sampler is float64 rounding in the
-inversion (relative 1e-16), the caveat :mod:`dpql.privacy.noise` states for all its samplers.
-The random bits come from a key of the noise source, like the mask's.
+inversion (relative 1e-16); the sample itself is never released. The random bits come from a
+key of the noise source, like the mask's.
 """
 
 from __future__ import annotations
@@ -163,9 +163,18 @@ def clip_gradients(grads: Params, clip_norm: float) -> Params:
 
 
 def gaussian_noise_like(key: jax.Array, tree: Params, std: float) -> Params:
-    """Independent N(0, std^2) noise with the structure of ``tree`` (one draw for all leaves)."""
+    """Independent N(0, std^2) noise with the structure of ``tree`` (one draw for all leaves).
+
+    Secure-mode construction (Holohan & Braghin 2021, "Secure random sampling in differential
+    privacy", as in Opacus' ``secure_mode``): each coordinate is the sum of four independent
+    float32 normals of sd ``std / 2``, which smooths the lattice structure of a single float
+    sample. The key is 128 bits from the OS CSPRNG (:meth:`dpql.privacy.noise.NoiseSource.
+    jax_key`). Noisy gradients are never released: only rows sampled from the final generator
+    are, so no published number is a noisy gradient whose float bits could be inspected
+    (docs/privacy.md)."""
     flat, unravel = ravel_pytree(tree)
-    return unravel(std * jax.random.normal(key, flat.shape, flat.dtype))
+    draws = jax.random.normal(key, (4, *flat.shape), flat.dtype)
+    return unravel((std / 2) * draws.sum(axis=0))
 
 
 def clipped_gradient_sum(

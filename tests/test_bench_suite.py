@@ -1,0 +1,97 @@
+"""Smoke test of the benchmark suite (benchmarks/suite): a small generated table through the
+runner's dpql and independent-columns paths (MST only where mbi is installed), so the suite's
+code does not rot. Not a benchmark: tiny table, tiny RAP options."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+SUITE = Path(__file__).resolve().parent.parent / "benchmarks" / "suite"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    sys.path.insert(0, str(SUITE))
+    try:
+        spec = importlib.util.spec_from_file_location("suite_run", SUITE / "run.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.path.remove(str(SUITE))
+
+
+def test_generated_specs_match_the_network(suite):
+    schema = suite.suite_tables.bn_schema()
+    for name in ("bn1k", "bn30k", "bn1m"):
+        spec = yaml.safe_load((SUITE / "specs" / f"{name}.release.yaml").read_text())
+        assert spec["schema"] == schema, name
+        assert spec["data"]["rows"] == suite.suite_tables.TABLES[name].rows
+
+
+def test_every_spec_plans_without_data(suite):
+    for table in suite.suite_tables.TABLES.values():
+        plan = suite.plan_of(table.spec)  # never opens the data file
+        d = len(plan.spec.domain)
+        assert len(plan.queries) == d * (d - 1) * (d - 2) // 6, table.name
+
+
+def small_table(suite, tmp_path: Path):
+    """A 400-row table from the suite's Bayesian network, its data file and an evaluator."""
+    tables = suite.suite_tables
+
+    def make(data_dir: Path) -> Path:
+        out = data_dir / "bn_small.csv"
+        tables.bn_sample(400, seed=1).to_csv(out, index=False)
+        return out
+
+    table = replace(tables.TABLES["bn1k"], name="bn_small", rows=400, make=make)
+    data = table.data_path(tmp_path)
+    spec0 = suite.write_spec(table, data, 1.0, tmp_path / "eval", "eval")
+    return table, data, suite.Evaluator(spec0, data)
+
+
+def test_runner_dpql_and_independent_on_a_small_generated_table(suite, tmp_path):
+    table, data, evaluator = small_table(suite, tmp_path)
+    settings = suite.settings_of(suite.parse(["--quick"]))
+    small = {"rounds": 2, "relaxed_rows": 100, "iterations": 40, "warm_iterations": 20}
+    methods = ["dpql", "independent"]
+    records = []
+    for method in methods:
+        rec = suite.run_one(
+            table, data, 1.0, method, 0, tmp_path, settings, evaluator,
+            options=small, in_process=True,
+        )  # fmt: skip
+        assert rec["status"] == "ok", rec
+        assert rec["marginals"] == 165 and 0.0 <= rec["tvd_mean"] <= rec["tvd_max"] <= 1.0
+        assert rec["synth_wall_s"] > 0 and rec["peak_rss_mb"] > 0
+        records.append(rec)
+    dp = records[0]
+    assert dp["rho_spent"] <= dp["rho_budget"] * (1 + 1e-9)
+    assert dp["options"]["relaxed_rows"] == 100  # the options reached the spec copy
+    # a results file and its report, as the driver writes them
+    results = {"schema": 1, "records": records, "invocations": []}
+    suite.save_results(results, tmp_path / "results.json")
+    text = suite.render_report(json.loads((tmp_path / "results.json").read_text()))
+    assert "| bn_small | 1 | dpql | 1 |" in text and "independent" in text
+
+
+def test_runner_mst_and_aim_on_a_small_generated_table(suite, tmp_path):
+    pytest.importorskip("mbi")  # the bench extra, not the test extra
+    table, data, evaluator = small_table(suite, tmp_path)
+    settings = suite.settings_of(
+        suite.parse(["--mst-iters", "50", "--aim-max-rounds", "1", "--aim-iters", "20",
+                     "--aim-final-iters", "20"])
+    )  # fmt: skip
+    for method in ("mst", "aim"):
+        rec = suite.run_one(table, data, 1.0, method, 0, tmp_path, settings, evaluator,
+                            in_process=True)  # fmt: skip
+        assert rec["status"] == "ok", rec
+        assert rec["rho_spent"] <= rec["rho_budget"] and 0.0 <= rec["tvd_mean"] <= 1.0
