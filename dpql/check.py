@@ -34,7 +34,6 @@ import fcntl
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,16 +51,16 @@ from pydantic import (
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.domain import NumericColumn
+from dpql.io import atomic_path
 from dpql.privacy.accountant import (
     DEFAULT_ORDERS,
     compose_rdp_curves,
     eps_and_order_from_rho,
     epsilon_from_rdp,
-    replace_one_guarantee,
     rho_from_eps_delta,
 )
 from dpql.spec.load import LoadedPolicy, LoadedSpec
-from dpql.spec.models import ExternalSynthesizer
+from dpql.synth.base import backend
 
 _SLACK = 1e-12  # float round-off in sums of epsilons must not fail a release at the limit
 
@@ -219,17 +218,8 @@ def append_release(path: str | os.PathLike[str], record: ReleaseRecord) -> None:
     with _locked(ledger):
         old = [r.model_dump_json() for r in read_ledger(ledger)]
         lines = [*old, record.model_dump_json()]
-        fd, tmp = tempfile.mkstemp(prefix=f".{ledger.name}.", dir=ledger.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write("\n".join(lines) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, ledger)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        with atomic_path(ledger, fsync=True) as tmp:
+            tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
         folder = os.open(ledger.parent, os.O_RDONLY)
         try:
             os.fsync(folder)
@@ -291,19 +281,16 @@ def release_budget(
         raise InternalError("a rho-only spec needs requested_epsilon from dpql.privacy")
     delta = requested_delta if requested_delta is not None else spec.target_delta
     rho = requested_rho if requested_rho is not None else privacy.rho
-    synth = spec.model.synthesizer
-    ext_eps = ext_delta = 0.0
-    if isinstance(synth, ExternalSynthesizer):
-        b = synth.budget
-        ext_eps, ext_delta = replace_one_guarantee(b.epsilon, b.delta, b.neighbouring)
+    synth = backend(spec.model.synthesizer.method)
+    ext_eps, ext_delta = synth.declared_budget(spec)
     curve = None
-    if synth.method != "gan":
+    if synth.planned_curve:
         own = rho
         if own is None and epsilon > ext_eps and delta > ext_delta:
             own = rho_from_eps_delta(epsilon - ext_eps, delta - ext_delta)
         if own is not None and delta > ext_delta:
             curve = planned_curve(own, delta, ext_eps, ext_delta)
-    if synth.method != "rap":
+    if not synth.zcdp_only:
         rho = None
     return ReleaseBudget(epsilon, delta, rho, curve)
 

@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -61,7 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if plan.resources is not None:  # the compile estimate is shown, not hashed into records
         data["resources"] = plan.resources.to_json()
     if args.output:
-        from dpql.compile import write_json
+        from dpql.io import write_json
 
         write_json(data, Path(args.output))
     if args.format == "json":
@@ -127,7 +126,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             highlight=False,
         )
     if plan.requirement_plans:
-        from dpql.accept import tolerance_text
+        from dpql.plan.acceptance import tolerance_text
 
         rt = Table(title="Requirements (predicted error of the DP measurement they are tested on)")
         for col in (
@@ -200,29 +199,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _progress() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from dpql.progress import progress_bars
 
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=False,
-    )
-    tasks: dict[str, Any] = {}
-    bar.start()
-
-    def update(phase: str, step: int, total: int) -> None:
-        if phase not in tasks:
-            tasks[phase] = bar.add_task(phase, total=total)
-        bar.update(tasks[phase], completed=step, total=total)
-
-    return update, bar.stop
+    return progress_bars(err)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from dpql.compile import compile_release
+    from dpql.pipeline import compile_release
 
     update, stop = _progress() if not args.quiet else (None, lambda: None)
     try:

@@ -49,6 +49,7 @@ from dpql.diagnostics import (
     SourcePos,
     did_you_mean,
 )
+from dpql.diagnostics_registry import titles
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 
 # A decimal number as text; no backslashes so the same pattern works in every SQL dialect.
@@ -56,19 +57,9 @@ NUMBER_PATTERN = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
 WHITESPACE = " \t\r\n"  # stripped around text cells and column names (same set in SQL)
 MAX_EXAMPLES = 10  # undeclared values listed per column in an error
 
-# Stable codes of the data layer (E4xx); tests match on them.
-CODES: dict[str, str] = {
-    "E401": "data file cannot be opened (missing, a directory, no permission)",
-    "E402": "data format cannot be inferred from the file name",
-    "E403": "data file is empty, or no rows are left after dropping missing values",
-    "E404": "a column declared in the schema is absent from the data",
-    "E405": "categorical cells with values not declared in the schema (and no 'other' catch-all)",
-    "E406": "a numeric cell is not a finite number, or a column's storage type cannot hold it",
-    "E407": "missing values in a column whose missing-value rule is 'error'",
-    "E408": "missing-value rule names an unknown column or a value outside the domain",
-    "E409": "data file is malformed (CSV syntax, gzip, Parquet, text encoding)",
-    "E410": "the measurement engine failed on the data (message from the engine)",
-}
+# Stable codes of the data layer (E4xx), ``{code: title}``: a view of the registry
+# (:mod:`dpql.diagnostics_registry`, where each is documented).
+CODES: dict[str, str] = titles(["data"])
 
 
 @dataclass(frozen=True)

@@ -29,16 +29,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import secrets
 import stat
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
+from dpql.io import CURATOR_MODE, write_json
 
 if TYPE_CHECKING:
     from dpql.spec.load import LoadedSpec
@@ -146,12 +145,4 @@ def curator_record(
 def write_curator_json(obj: Any, path: Path) -> None:
     """Write ``obj`` to ``path`` atomically with mode 0600 (folder created with mode 0700)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(json.dumps(obj, indent=2) + "\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_json(obj, path, CURATOR_MODE)

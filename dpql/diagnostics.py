@@ -12,7 +12,8 @@ stage's diagnostics at once. The CLI renders them as
 and exits with status 1. Bugs in dpql itself are *not* diagnostics: they surface as
 :class:`InternalError` and the CLI says so plainly.
 
-Codes are stable identifiers (documented in ``spec/language.md``); tests match on them.
+Codes are stable identifiers, each registered in :mod:`dpql.diagnostics_registry` (which
+generates the tables of ``docs/diagnostics.md``); tests match on them.
 
 Diagnostics about the private data (``private=True``: the data layer, E4xx) name the file, the row
 and the column but never a cell's value, and their source line is never quoted (a data line holds

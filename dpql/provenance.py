@@ -10,7 +10,7 @@ their noisy answers, denoised targets and synthetic values before / after; Wang 
 the requirement reports (``requirements``: per requirement the noisy real value, its sd, the
 tolerance, the synthetic value before / after post-processing and the verdict; for model tests
 also the metric, the test's rho and the excess-risk *bound* of Zhou et al. 2024 where one
-applies; see :mod:`dpql.accept`), and the output's sha256 and row count.
+applies; see :mod:`dpql.postprocess.accept`), and the output's sha256 and row count.
 
 Nothing in a record is derived from private data except DP outputs (ledger events carry only
 public calibration values). In particular it holds no timings: how long loading and measuring
@@ -66,9 +66,39 @@ def sha256_file(path: Path) -> str:
 
 
 def sha256_json(obj: Any) -> str:
-    """Hash of a JSON value in canonical form (sorted keys, no whitespace)."""
+    """Hash of a JSON value in canonical form (sorted keys, no whitespace). A plan (a mapping
+    with ``dpql_plan``) is hashed as :func:`plan_sha256` does."""
+    if isinstance(obj, Mapping) and "dpql_plan" in obj:
+        obj = _positionless(obj)
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+_POSITION_KEYS = frozenset({"file", "line", "col", "end_col"})
+
+
+def plan_sha256(plan_json: Mapping[str, Any]) -> str:
+    """The record's ``plan_sha256``: the plan's JSON (``ReleasePlan.to_json``) hashed without
+    the source positions of its diagnostics. Where a requirement's warning points in the spec
+    file depends on the file's layout (comments, indentation), which the record's normalised
+    spec does not keep; without them ``dpql verify`` re-plans the embedded spec to the same
+    hash."""
+    return sha256_json(plan_json)
+
+
+def _positionless(value: Any) -> Any:
+    """``value`` with the position keys dropped from every diagnostic (a mapping with ``code``
+    and ``severity``) inside it."""
+    if isinstance(value, Mapping):
+        diagnostic = "code" in value and "severity" in value
+        return {
+            k: _positionless(v)
+            for k, v in value.items()
+            if not (diagnostic and k in _POSITION_KEYS)
+        }
+    if isinstance(value, list | tuple):
+        return [_positionless(v) for v in value]
+    return value
 
 
 def dependency_versions() -> dict[str, str]:
@@ -97,7 +127,8 @@ def build_record(
 ) -> dict[str, Any]:
     """Assemble a record; (epsilon, delta) spent is recomputed from the ledger here.
 
-    ``requirements`` are :mod:`dpql.accept`'s reports, ``postprocess`` the I-projection summary
+    ``requirements`` are :mod:`dpql.postprocess.accept`'s reports, ``postprocess`` the
+    I-projection summary
     (``PostprocessOutcome.summary_json``; None without post-processing). Both hold DP outputs
     and public values only.
     """
@@ -154,11 +185,143 @@ def schema_problems(record: Any, limit: int = 10) -> list[VerifyProblem]:
     return out
 
 
+#: The largest record ``dpql verify`` reads (a record is a few hundred kB at most).
+MAX_RECORD_BYTES = 64 * 2**20
+#: Deepest nesting of lists and objects in a record (a record needs 6 levels).
+MAX_RECORD_DEPTH = 64
+#: Most digits of an integer in a record, and its largest magnitude (counts, steps, rows).
+MAX_INT_DIGITS = 30
+MAX_INT = 2**63
+#: The range of a record's delta (``spec/language.md`` §9: a spec's delta is in [1e-100, 0.5]).
+DELTA_RANGE = (1e-100, 0.5)
+
+
+class RecordUnreadable(ValueError):
+    """The record file cannot be read as JSON (missing, too large, not UTF-8, not JSON, nested
+    too deep); the message says which."""
+
+
+class _OversizedInt(float):
+    """An integer literal of too many digits, kept (as infinity) so that the problem can be
+    reported where it is."""
+
+    digits: int
+
+    def __new__(cls, digits: int) -> _OversizedInt:
+        obj = super().__new__(cls, math.inf)
+        obj.digits = digits
+        return obj
+
+
+def _parse_int(text: str) -> int | float:
+    digits = len(text.lstrip("-"))
+    # Python refuses more than 4,300 digits, and converting many is quadratic
+    return int(text) if digits <= MAX_INT_DIGITS else _OversizedInt(digits)
+
+
+def read_record_bytes(path: Path) -> bytes:
+    """The bytes of a record file, at most :data:`MAX_RECORD_BYTES`; a missing file, a
+    directory or a FIFO (never opened: it could block) raises :class:`RecordUnreadable`."""
+    try:
+        if not path.is_file():
+            why = "no such file" if not path.exists() else "not a regular file"
+            raise RecordUnreadable(f"cannot read {path}: {why}")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_RECORD_BYTES + 1)
+    except OSError as exc:
+        raise RecordUnreadable(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_RECORD_BYTES:
+        raise RecordUnreadable(f"{path} is larger than {MAX_RECORD_BYTES:,} bytes")
+    return raw
+
+
+def parse_record(raw: bytes, name: Path | str) -> Any:
+    """The JSON value of a record's bytes: UTF-8, nesting the parser can take. ``NaN``,
+    ``Infinity``, numbers that overflow and integers of too many digits are kept as non-finite
+    floats for :func:`number_problems` to report where they are. Raises
+    :class:`RecordUnreadable`."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordUnreadable(
+            f"{name} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    try:
+        return json.loads(text, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise RecordUnreadable(
+            f"{name} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise RecordUnreadable(f"{name} is nested too deeply to be a record") from None
+    except ValueError as exc:  # a number the parser cannot convert
+        raise RecordUnreadable(f"{name} holds a number out of range: {exc}") from None
+
+
+def read_record(path: Path) -> Any:
+    """:func:`parse_record` of :func:`read_record_bytes`."""
+    return parse_record(read_record_bytes(path), path)
+
+
+def number_problems(record: Any, limit: int = 10) -> list[VerifyProblem]:
+    """``V004`` for every number of ``record`` that is not finite (NaN, infinity, a literal
+    that overflows such as 1e400), every integer above :data:`MAX_INT` in magnitude or of more
+    than :data:`MAX_INT_DIGITS` digits, and nesting deeper than :data:`MAX_RECORD_DEPTH`
+    (at most ``limit`` of them). Iterative, so any depth is safe."""
+    out: list[VerifyProblem] = []
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(record, ())]
+    while stack and len(out) < limit:
+        value, where = stack.pop()
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        name = "/".join(map(str, where)) or "(top level)"
+        if len(where) > MAX_RECORD_DEPTH:
+            out.append(
+                VerifyProblem("V004", f"{name}: nested more than {MAX_RECORD_DEPTH} levels deep")
+            )
+            continue
+        if isinstance(value, Mapping):
+            stack.extend((v, (*where, str(k))) for k, v in reversed(list(value.items())))
+        elif isinstance(value, list | tuple):
+            stack.extend((v, (*where, i)) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, _OversizedInt):
+            digits = f"{value.digits:,}"
+            out.append(VerifyProblem("V004", f"{name}: an integer of {digits} digits is too long"))
+        elif isinstance(value, float) and not math.isfinite(value):
+            what = "NaN" if math.isnan(value) else "infinite (or overflows a double)"
+            out.append(VerifyProblem("V004", f"{name}: the number is {what}"))
+        elif isinstance(value, int) and abs(value) > MAX_INT:
+            out.append(VerifyProblem("V004", f"{name}: the integer is out of range (above 2^63)"))
+    return out
+
+
+def _delta_problems(budget: Mapping[str, Any], spent: Mapping[str, Any]) -> list[VerifyProblem]:
+    """``V004``: a delta outside :data:`DELTA_RANGE` (0, subnormal, 1...), before any
+    arithmetic on it."""
+    lo, hi = DELTA_RANGE
+    return [
+        VerifyProblem(
+            "V004",
+            f"privacy/{part}/delta: {section['delta']!r} is outside [{lo:g}, {hi:g}], the range "
+            "of a spec's delta",
+        )
+        for part, section in (("budget", budget), ("spent", spent))
+        if not lo <= float(section["delta"]) <= hi
+    ]
+
+
 def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> list[VerifyProblem]:
     """Validate a record against the schema, recompute its accounting and hashes; an empty
-    list means it verifies."""
+    list means it verifies. Every number's range is checked before any arithmetic on it
+    (``V004``), and no record makes it raise. It does not re-plan the embedded spec nor check
+    a signature (:mod:`dpql.audit` does, for ``dpql verify``)."""
     problems: list[VerifyProblem] = []
-    if not isinstance(record, Mapping) or record.get("dpql_provenance") != RECORD_VERSION:
+    if not isinstance(record, Mapping):
+        return [VerifyProblem("V001", f"not a dpql provenance record of version {RECORD_VERSION}")]
+    out_of_range = number_problems(record)
+    if out_of_range:
+        return out_of_range
+    if record.get("dpql_provenance") != RECORD_VERSION:
         return [VerifyProblem("V001", f"not a dpql provenance record of version {RECORD_VERSION}")]
     invalid = schema_problems(record)
     if invalid:
@@ -168,9 +331,29 @@ def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> l
         events = [PrivacyEvent.from_json(e) for e in privacy["events"]]
         budget = privacy["budget"]
         spent = privacy["spent"]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
         return [VerifyProblem("V002", f"malformed record: {exc}")]
-    accounted = epsilon_from_events(events, float(spent["delta"]))
+    bad_delta = _delta_problems(budget, spent)
+    if bad_delta:
+        return bad_delta
+    try:
+        accounted = epsilon_from_events(events, float(spent["delta"]))
+        problems += _accounting_problems(accounted, budget, spent)
+        problems += _rho_and_curve_problems(accounted, spent, privacy["rdp"])
+    except (ValueError, ArithmeticError, RuntimeError) as exc:  # the accountant refuses them
+        problems.append(VerifyProblem("V002", f"the events cannot be accounted: {exc}"))
+    if sha256_json(record.get("spec")) != record.get("spec_sha256"):
+        problems.append(VerifyProblem("V020", "the spec in the record does not match spec_sha256"))
+    if synthetic is not None:
+        problems += _table_problems(record, synthetic)
+    return problems
+
+
+def _accounting_problems(
+    accounted: AccountingResult, budget: Mapping[str, Any], spent: Mapping[str, Any]
+) -> list[VerifyProblem]:
+    """``V010`` - ``V012``: the spend recomputed from the events against the record's."""
+    problems = []
     if not math.isclose(
         accounted.epsilon, float(spent["epsilon"]), rel_tol=0, abs_tol=EPS_TOLERANCE
     ):
@@ -190,19 +373,28 @@ def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> l
         )
     if float(spent["delta"]) > float(budget["delta"]):
         problems.append(VerifyProblem("V012", "spent delta exceeds the budget"))
-    problems += _rho_and_curve_problems(accounted, spent, privacy["rdp"])
-    if sha256_json(record.get("spec")) != record.get("spec_sha256"):
-        problems.append(VerifyProblem("V020", "the spec in the record does not match spec_sha256"))
-    if synthetic is not None:
-        digest = sha256_file(synthetic)
-        if digest != record.get("output", {}).get("sha256"):
-            problems.append(
-                VerifyProblem(
-                    "V030",
-                    f"{synthetic} does not match the record's output sha256 (modified table?)",
-                )
-            )
     return problems
+
+
+def _table_problems(record: Mapping[str, Any], synthetic: Path) -> list[VerifyProblem]:
+    """``V031`` when the table cannot be read (missing, a directory, a FIFO...), ``V030`` when
+    its sha256 is not the record's."""
+    try:
+        if not synthetic.is_file():  # never open a FIFO or device: it could block forever
+            why = "no such file" if not synthetic.exists() else "not a regular file"
+            return [VerifyProblem("V031", f"cannot read the table {synthetic}: {why}")]
+        digest = sha256_file(synthetic)
+    except OSError as exc:
+        return [
+            VerifyProblem("V031", f"cannot read the table {synthetic}: {exc.strerror or exc}")
+        ]
+    if digest != record.get("output", {}).get("sha256"):
+        return [
+            VerifyProblem(
+                "V030", f"{synthetic} does not match the record's output sha256 (modified table?)"
+            )
+        ]
+    return []
 
 
 def _rho_and_curve_problems(
@@ -453,6 +645,24 @@ def record_schema() -> dict[str, Any]:
         "composition sums curves order by order."
     )
     sha = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
+    signature = _object(
+        {
+            "algorithm": {"const": "ed25519"},
+            "public_key_sha256": {
+                **sha,
+                "description": "sha256 of the signing key's raw 32-byte Ed25519 public key.",
+            },
+            "value": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9+/]{86}==$",
+                "description": "The 64-byte Ed25519 signature, base64.",
+            },
+        }
+    )
+    signature["description"] = (
+        "Optional (dpql compile --sign-key): the curator's Ed25519 signature over the canonical "
+        "JSON of the record without this section (dpql/signing.py); checked by dpql verify --key."
+    )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"dpql provenance record, version {RECORD_VERSION}",
@@ -495,7 +705,25 @@ def record_schema() -> dict[str, Any]:
                 "output": _object(
                     {"file": {"type": "string"}, "sha256": sha, "rows": {"type": "integer"}}
                 ),
-            }
+                "signature": signature,
+            },
+            [*_RECORD_KEYS],  # every section but the optional signature
         ),
         "$defs": _defs(),
     }
+
+
+_RECORD_KEYS = (
+    "dpql_provenance",
+    "dpql_version",
+    "dependencies",
+    "created",
+    "spec",
+    "spec_sha256",
+    "plan_sha256",
+    "privacy",
+    "synthesizer",
+    "postprocess",
+    "requirements",
+    "output",
+)

@@ -1,4 +1,4 @@
-"""DP acceptance tests (dpql.accept): model metrics via one counting query, moment verdicts."""
+"""DP acceptance tests (dpql.postprocess.accept): model metrics via one counting query, moment verdicts."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table
 
-from dpql import accept
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
+from dpql.plan import acceptance
 from dpql.plan.exact import answer, answer_all, design_matrix
 from dpql.plan.ir import (
     CatIn,
@@ -26,7 +26,7 @@ from dpql.plan.ir import (
     TruePred,
 )
 from dpql.plan.requirements import expand_requirements, product_query
-from dpql.synth import iproj
+from dpql.postprocess import accept, iproj, risk, run
 
 REAL = make_table(8000, seed=1)
 SYN = make_table(4000, seed=2, shift=0.5)
@@ -133,7 +133,7 @@ def test_f1_is_measured_from_accuracy_and_true_positives() -> None:
     assert abs(res.real_noisy - exact) < 5 * res.sigma
     assert res.synthetic_after == pytest.approx(f1_score(SYN.codes["income"], _predict(q, SYN)))
     assert res.verdict == ("pass" if exact - 2 * res.sigma > 0.2 else "inconclusive")
-    assert accept.acceptance_queries(req) == 2
+    assert acceptance.acceptance_queries(req) == 2
 
 
 def _predict(q, table) -> np.ndarray:
@@ -184,9 +184,9 @@ def test_predicted_sd_matches_monte_carlo_at_the_prior(metric: str) -> None:
     label = "income" if model == "logistic" else "hours"
     req = ModelRequirement(model, label, ("age",), Tolerance(metric=metric, op=">=", bound=0.0))
     s_measure, s_test = 1e-3, 2e-3
-    pred = accept.predicted_sd(req, s_measure, s_test, DOMAIN)
-    parts = np.asarray(accept._PRIOR_PARTS[metric])
-    k = accept.acceptance_queries(req)
+    pred = acceptance.predicted_sd(req, s_measure, s_test, DOMAIN)
+    parts = np.asarray(acceptance._PRIOR_PARTS[metric])
+    k = acceptance.acceptance_queries(req)
     sig = np.array([s_test] * k + [s_measure] * (parts.size - k))
     rng = np.random.default_rng(1)
     span = 98.0 if model == "linear" else 1.0
@@ -211,13 +211,13 @@ def test_plan_diagnostics_reachability() -> None:
         ModelRequirement("linear", "hours", ("age",), Tolerance(metric="rmse", op="<", bound=0.0)),
         ModelRequirement("linear", "hours", ("age",), Tolerance(metric="r2", op=">", bound=1.0)),
     ]
-    assert not any(accept.bound_can_hold(r, DOMAIN) for r in impossible)
+    assert not any(acceptance.bound_can_hold(r, DOMAIN) for r in impossible)
     possible = [
         ModelRequirement("logistic", "income", ("age",), Tolerance(metric="accuracy", op=">=", bound=1.0)),
         ModelRequirement("linear", "hours", ("age",), Tolerance(metric="rmse", op="<=", bound=5.0)),
         ModelRequirement("linear", "hours", ("age",), Tolerance(metric="r2", op="<", bound=-3.0)),
     ]
-    assert all(accept.bound_can_hold(r, DOMAIN) for r in possible)
+    assert all(acceptance.bound_can_hold(r, DOMAIN) for r in possible)
     (w,) = accept.plan_diagnostics(impossible[0], bound_ok=False)
     assert w.code == "W506" and "holds on no table" in w.message
 
@@ -225,7 +225,7 @@ def test_plan_diagnostics_reachability() -> None:
 @pytest.mark.parametrize(("a", "digest"), [(1.0, 7.2e-4), (3.0, 2.7e-2)])
 def test_even_quadratic_is_minimax(a: float, digest: float) -> None:
     """Equioscillation on a fine grid; the digest's LP values add a grid margin, so are larger."""
-    q2, eps = accept._even_quadratic(a)
+    q2, eps = risk._even_quadratic(a)
     z = np.linspace(0, a, 200_001)
     err = np.log(2 * np.cosh(z / 2)) - (math.log(2) + eps) - q2 * z**2
     assert np.abs(err).max() == pytest.approx(eps, rel=1e-4)
@@ -286,7 +286,7 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
         phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
     )
     oracle = ExactOracle(REAL, seed=11)
-    out = accept.run_postprocess(plan, oracle, SYN, seed=4)
+    out = run.run_postprocess(plan, oracle, SYN, seed=4)
     assert [e.phase for e in oracle.ledger.events] == ["iproj.measure", "accept"]
     assert sum(e.rho for e in oracle.ledger.events) == pytest.approx(1.5)
     js = json.loads(json.dumps(out.to_json()))
@@ -350,7 +350,7 @@ def test_one_distinct_row_and_nan_rows_through_the_acceptance_path() -> None:
         phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
     )
     one = iproj.take(SYN, np.zeros(50, dtype=int))
-    out = accept.run_postprocess(plan, ExactOracle(REAL, seed=15), one, seed=0)
+    out = run.run_postprocess(plan, ExactOracle(REAL, seed=15), one, seed=0)
     assert "W501" in [d["code"] for d in out.summary_json()["diagnostics"]]
     model, corr = out.acceptance
     assert corr.verdict == "inconclusive" and "undefined" in corr.note
@@ -360,7 +360,7 @@ def test_one_distinct_row_and_nan_rows_through_the_acceptance_path() -> None:
     scaled = {**SYN.scaled, "age": SYN.scaled["age"].copy()}
     scaled["age"][:25] = np.nan
     nan_table = EncodedTable(DOMAIN, SYN.codes, scaled)
-    out = accept.run_postprocess(plan, ExactOracle(REAL, seed=16), nan_table, seed=0)
+    out = run.run_postprocess(plan, ExactOracle(REAL, seed=16), nan_table, seed=0)
     assert "W503" in [d["code"] for d in out.summary_json()["diagnostics"]]
     assert np.isfinite(out.table.scaled["age"]).all()
     model, corr = out.acceptance

@@ -61,7 +61,7 @@ def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys
     ]
     assert "timings_s" not in record and "timings_s" in json.loads(curator.read_text())
     # published outputs are readable by others (0666 less the umask); the curator file is not
-    from dpql.compile import public_mode
+    from dpql.io import public_mode
 
     assert [p.stat().st_mode & 0o777 for p in (table, record_path, curator)] == [
         public_mode(),
@@ -77,7 +77,7 @@ def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys
 
 
 def test_interrupted_compile_leaves_no_output(small_release: Path, monkeypatch):
-    import dpql.synth.rap as rap
+    import dpql.synth.rap.program as rap
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -150,7 +150,7 @@ def random_queries(domain: Domain, rng: np.random.Generator) -> list[Query]:
 
 def random_models(domain: Domain, rng: np.random.Generator) -> list[Query]:
     """Fixed logistic and linear models over random features (possibly none), as
-    ``dpql.accept`` builds them: some classes never predicted (intercept -1e9), a binary
+    ``dpql.postprocess.accept`` builds them: some classes never predicted (intercept -1e9), a binary
     model whose first row is all zeros."""
     names, out = domain.names, []
     num = [c.name for c in domain.numeric]
@@ -408,7 +408,7 @@ def test_spark_engine_missing_is_a_clear_error(
 ) -> None:
     path = tmp_path / "t.csv"
     path.write_text("a\nx\n")
-    monkeypatch.setattr(engines, "spark_unavailable", lambda: "pyspark is not installed")
+    monkeypatch.setattr(engines.spark, "spark_unavailable", lambda: "pyspark is not installed")
     with pytest.raises(DiagnosticError) as err:
         open_engine(path, Domain((CategoricalColumn("a", ("x",)),)), engine="spark")
     (d,) = err.value.diagnostics

@@ -95,7 +95,7 @@ def test_gan_compile_trains_on_the_row_store_of_an_out_of_core_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dpql.cli import main
-    from dpql.synth import gan
+    from dpql.synth.gan import train as gan
 
     example = Path(__file__).resolve().parents[1] / "examples"
     pd.read_csv(example / "adult" / "adult_train.csv.gz").head(2000).to_csv(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
-from dpql.synth.gan import metrics
+from dpql.evaluate import gan_metrics as metrics
 
 DOMAIN = Domain(
     (

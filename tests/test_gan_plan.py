@@ -31,17 +31,26 @@ def test_defaults_are_the_papers_adult_setting():
     assert (o.critic_steps_per_generator_step, o.generator_noise_dim) == (15, 64)
 
 
-def test_from_mapping_reads_values_and_reports_every_problem():
+def test_options_are_the_specs_model_and_every_problem_is_located(tmp_path):
     o = GanOptions.from_mapping({"ae_steps": 5, "noise_multipliers": [2.5, 7.5], "seed": 3})
     assert (o.ae_steps, o.noise_multipliers, o.seed) == (5, (2.5, 7.5), 3)
+    with pytest.raises(ValueError):
+        GanOptions.from_mapping({"ae_step": 5})
+    from dpql.spec.load import load_spec
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    text = (root / "adult-gan" / "adult-gan.release.yaml").read_text(encoding="utf-8")
+    spec = tmp_path / "adult-gan" / "gan.yaml"
+    spec.parent.mkdir()
+    bad = text.replace("ae_steps: 10000", "ae_step: 5", 1).replace("ae_batch_size: 64", "ae_batch_size: -1", 1)
+    assert bad != text
+    spec.write_text(bad, encoding="utf-8")
     with pytest.raises(DiagnosticError) as err:
-        GanOptions.from_mapping(
-            {"ae_step": 5, "critic_clip_norm": -1, "ae_batch_size": True, "critic_hidden": []}
-        )
-    codes = err.value.codes
-    assert codes.count("gan-unknown-option") == 1 and codes.count("gan-bad-option") == 3
-    unknown = next(d for d in err.value.diagnostics if d.code == "gan-unknown-option")
-    assert "ae_steps" in (unknown.hint or "")
+        load_spec(spec)
+    lines = sorted(d.pos.line for d in err.value.diagnostics if d.pos is not None)
+    assert len(err.value.diagnostics) == 2 and len(lines) == 2 and lines[0] > 1
+    assert any("ae_step" in d.message for d in err.value.diagnostics)
+    assert any("ae_batch_size" in d.message for d in err.value.diagnostics)
 
 
 def _paper_epsilon(psi_ae: float, psi_critic: float) -> float:

@@ -1,4 +1,4 @@
-"""I-projection (dpql.synth.iproj): KKT conditions, hull projection, edge cases, measurement."""
+"""I-projection (dpql.postprocess.iproj): KKT conditions, hull projection, edge cases, measurement."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from dpql.plan.ir import (
     Tolerance,
 )
 from dpql.plan.requirements import expand_requirements
-from dpql.synth import iproj
+from dpql.postprocess import iproj
 
 REAL = make_table(6000, seed=1)
 SYN = make_table(3000, seed=2, shift=0.4)

@@ -1,4 +1,4 @@
-"""Noise spread over the post-processing measures (``requirements.allocation_scales``) and the
+"""Noise spread over the post-processing measures (``postprocess.allocation.allocation_scales``) and the
 scaled Gaussian release that carries it (``PrivateMeasurer.measure(scales=...)``)."""
 
 from __future__ import annotations
@@ -21,14 +21,10 @@ from dpql.plan.ir import (
     TruePred,
     joint_l2_sensitivity,
 )
-from dpql.plan.requirements import (
-    ALLOCATION_FLOOR,
-    allocation_scales,
-    expand_requirements,
-    value_sd,
-)
+from dpql.plan.requirements import expand_requirements, value_sd
+from dpql.postprocess import iproj
+from dpql.postprocess.allocation import ALLOCATION_FLOOR, allocation_scales
 from dpql.privacy.mechanisms import gaussian_sigma
-from dpql.synth import iproj
 
 REAL = make_table(4000, seed=1)
 SYN = make_table(3000, seed=2, shift=0.4)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpql.compile import public_mode, write_json, write_table
+from dpql.io import public_mode, write_json
+from dpql.pipeline import write_table
 
 
 @pytest.fixture(params=[0o022, 0o002, 0o077], ids=lambda m: f"umask{m:03o}")

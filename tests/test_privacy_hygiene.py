@@ -367,7 +367,7 @@ def test_compile_rechecks_the_spend_before_writing(
 
 
 def test_check_spent_recomputes_from_the_events() -> None:
-    from dpql.compile import check_spent
+    from dpql.pipeline import check_spent
 
     rho = rho_from_eps_delta(1.0, DELTA)
     budget = Budget(epsilon=1.0, delta=DELTA, rho=rho)

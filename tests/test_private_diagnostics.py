@@ -242,10 +242,10 @@ def test_engine_messages_are_curator_only(tmp_path: Path) -> None:
         assert d.code == code and type(exc).__name__ in d.message and SECRET not in d.message
         assert d.values is not None and SECRET in d.values
     text = f"[MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION] Malformed record: [{SECRET}, 1]"
-    assert engines._spark_kind(RuntimeError(text), text) == (
+    assert engines.spark._spark_kind(RuntimeError(text), text) == (
         "MALFORMED_RECORD_IN_PARSING.WITHOUT_SUGGESTION"
     )
-    assert engines._spark_kind(RuntimeError(SECRET), SECRET) == "RuntimeError"
+    assert engines.spark._spark_kind(RuntimeError(SECRET), SECRET) == "RuntimeError"
 
 
 def test_spec_errors_keep_their_did_you_mean(tmp_path: Path) -> None:

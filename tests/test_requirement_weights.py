@@ -29,7 +29,7 @@ from dpql.plan.ir import (
 )
 from dpql.plan.requirements import expand_requirements
 from dpql.plan.resolve import resolve_requirements
-from dpql.synth import iproj
+from dpql.postprocess import iproj
 
 REAL = make_table(6000, seed=1)
 SYN = make_table(3000, seed=2, shift=0.4)
@@ -187,8 +187,8 @@ def test_plan_lists_one_release_per_weighted_requirement(spec_without_data: Path
 def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each_sd() -> None:
     from types import SimpleNamespace
 
-    from dpql import accept
     from dpql.plan.ir import ModelRequirement
+    from dpql.postprocess import run
 
     logit = ModelRequirement("logistic", "income", ("age", "job"), TOL, weight=1.0)
     corr = CorrRequirement("age", "hours", TOL, weight=3.0)
@@ -202,7 +202,7 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
 
     plan = plan_of(logit, corr)
     oracle = ExactOracle(REAL, seed=12)
-    out = accept.run_postprocess(plan, oracle, SYN, seed=4)
+    out = run.run_postprocess(plan, oracle, SYN, seed=4)
     assert [e.phase for e in oracle.ledger.events] == ["iproj.measure"] * 2 + ["accept"]
     assert math.fsum(e.rho for e in oracle.ledger.events) <= 1.5
     js = json.loads(json.dumps(out.to_json()))
@@ -212,7 +212,7 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
     assert sig[list(plan.measures.index[1])].max() < sig[list(plan.measures.index[0])].max()
     # ... which is smaller than in one joint release of all the measures (same budget)
     joint_plan = plan_of(replace(logit, weight=None), replace(corr, weight=None))
-    joint = accept.run_postprocess(joint_plan, ExactOracle(REAL, seed=12), SYN, seed=4)
+    joint = run.run_postprocess(joint_plan, ExactOracle(REAL, seed=12), SYN, seed=4)
     joint_corr = json.loads(json.dumps(joint.to_json()))["requirements"][1]
     # (its release's sigma is smaller: 3/4 of the budget for a fraction of the sensitivity)
     qs = plan.measures.queries

@@ -166,7 +166,7 @@ def test_smallest_epsilon_for_bisects_the_planner_accounting() -> None:
     assert math.isinf(smallest_epsilon_for(sd_of_eps, 1e-12))
     assert smallest_epsilon_for(sd_of_eps, 0.05, z=1.0) < eps
     model = ModelRequirement("logistic", "income", ("age",), Tolerance(within=0.02))
-    with pytest.raises(TypeError):  # a model's error is its acceptance test's (dpql.accept)
+    with pytest.raises(TypeError):  # a model's error is its acceptance test's (dpql.postprocess.accept)
         predicted_error(model, 1e-3, DOMAIN)
 
 

@@ -132,7 +132,7 @@ def test_valid_variants_load(tmp_path: Path) -> None:
             "  delta: 1e-9\n", "  delta: 1e-9\n  split: {selection: 0.25, measurement: 0.75}\n"
         ),
         "gan": TINY.replace("method: rap", "method: gan").replace(
-            "{rounds: 5, queries_per_round: 10}", "{epochs: 3, anything: [1, 2]}"
+            "{rounds: 5, queries_per_round: 10}", "{ae_steps: 3, critic_hidden: [8, 4]}"
         ),
         "external": TINY.replace(
             "  method: rap\n  rows: 1000\n  options: {rounds: 5, queries_per_round: 10}",

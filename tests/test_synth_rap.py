@@ -25,7 +25,7 @@ from dpql.plan.ir import (
     Prefix,
     TruePred,
 )
-from dpql.synth.rap import (
+from dpql.synth.rap.program import (
     _answers_of_rows,
     _build_data,
     _marginals_loss,
@@ -36,8 +36,8 @@ from dpql.synth.rap import (
     round_rows,
     run_rap,
 )
+from dpql.synth.rap.schedule import RapOptions, plan_rap
 from dpql.synth.relaxed import Layout, RowModel
-from dpql.synth.schedule import RapOptions, plan_rap
 
 
 def small_domain() -> Domain:
@@ -285,10 +285,32 @@ def test_schedule_never_exceeds_budget_and_interleaves():
     assert domain.cells(("colour", "age", "label")) == 48
 
 
-def test_options_reject_unknown_keys():
-    with pytest.raises(ValueError, match="unknown RAP option"):
+def test_options_reject_unknown_keys_and_inconsistent_values():
+    with pytest.raises(ValueError, match="roundz"):
         RapOptions.from_mapping({"roundz": 3})
+    with pytest.raises(ValueError, match="sigma_start <= sigma_max"):
+        RapOptions.from_mapping({"sigma_start": 9.0, "sigma_max": 8.0})
     assert RapOptions.from_mapping({"rounds": 3}).rounds == 3
+
+
+def test_every_rap_option_can_be_set_in_the_spec_with_a_position(tmp_path):
+    """The spec owns the complete options model: `sigma_max` (once only in the backend's own
+    copy) is accepted, and a bad value is an error at its line and column."""
+    from dpql.diagnostics import DiagnosticError
+    from dpql.spec.load import load_spec
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "adult"
+    text = (root / "adult.release.yaml").read_text(encoding="utf-8")
+    spec = tmp_path / "r.yaml"
+    (tmp_path / "adult_train.csv.gz").symlink_to(root / "adult_train.csv.gz")
+    good = text.replace("method: rap", "method: rap\n  options: {sigma_max: 256}", 1)
+    spec.write_text(good, encoding="utf-8")
+    assert load_spec(spec).model.synthesizer.options.sigma_max == 256
+    spec.write_text(good.replace("sigma_max: 256", "sigma_max: -1"), encoding="utf-8")
+    with pytest.raises(DiagnosticError) as err:
+        load_spec(spec)
+    (d,) = err.value.diagnostics
+    assert d.pos is not None and d.pos.line > 1 and "sigma_max" in d.message
 
 
 def test_synthesizers_never_import_the_data_layer():

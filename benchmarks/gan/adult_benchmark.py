@@ -30,10 +30,11 @@ import yaml
 from sklearn.linear_model import LogisticRegression
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
+from dpql.evaluate import gan_metrics as metrics
 from dpql.privacy.accountant import DEFAULT_ORDERS, dpsgd_rdp, epsilon_from_rdp
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
-from dpql.synth.gan import GanOptions, GanPlan, encoding, metrics, plan_gan, sample, train_gan
+from dpql.synth.gan import GanOptions, GanPlan, encoding, plan_gan, sample, train_gan
 
 SPEC = Path("/work/shared/spec-examples/adult.release.yaml")
 DATA = Path("/work/shared/data/adult")
@@ -133,7 +134,7 @@ def evaluate(synthetic: EncodedTable, train: EncodedTable, test: EncodedTable) -
 def negligible_noise_plan(options: GanOptions) -> GanPlan:
     """The paper's epsilon = infinity reference: DP-SGD mechanics with noise multiplier 1e-3."""
     plan = plan_gan(
-        GanOptions(**{**options.__dict__, "noise_multipliers": (1.0, 1.0)}),
+        options.model_copy(update={"noise_multipliers": (1.0, 1.0)}),
         ROWS,
         SimpleNamespace(epsilon=1e6, delta=DELTA),
     )

@@ -19,8 +19,8 @@ from dpql.data.load import load_table
 from dpql.plan.exact import answer_all
 from dpql.plan.ir import CorrRequirement, Tolerance
 from dpql.plan.requirements import expand_requirements
+from dpql.postprocess import iproj
 from dpql.spec.load import load_spec
-from dpql.synth import iproj
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 SPEC = SHARED / "spec-examples" / "adult.release.yaml"

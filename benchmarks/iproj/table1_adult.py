@@ -29,7 +29,7 @@ Protocol (digest ``papers/postprocessing.md`` sec. 5):
     options of ``examples/adult-gan``, on all 15 columns of the spec. It stands in for the
     paper's DPCTGAN / PATECTGAN rows (a DP-SGD GAN, but a different architecture);
 
-* ours: generator at epsilon = 1, then dpql's post-processing (``dpql.synth.iproj``: one
+* ours: generator at epsilon = 1, then dpql's post-processing (``dpql.postprocess.iproj``: one
   Gaussian release at epsilon_post = 1, hull projection, I-projection, resampling) on the
   moments of the top-5 features (income and the four columns most correlated with it *on the
   epsilon = 1 synthetic table*; numeric and binary columns, since the query IR has no ordinal
@@ -49,7 +49,7 @@ Protocol (digest ``papers/postprocessing.md`` sec. 5):
   raw ``E fg`` at a smaller sensitivity, so less noise;
 * variant ``post_dpql`` (``dpql compile``'s default): ``post_centred`` with the noise spread
   over the moments so as to minimise the delta-method error of the correlations at the
-  epsilon = 1 table's moments (``dpql.plan.requirements.allocation_scales``). An earlier
+  epsilon = 1 table's moments (``dpql.postprocess.allocation.allocation_scales``). An earlier
   variant ``post_alloc`` (the spread on the paper's raw moments) is in the saved results;
 * variant ``exact`` (a ceiling, not DP): the paper's top-5 moments of the real table *without
   noise*. It shows what post-processing on these measures could reach at any epsilon_post, so
@@ -94,12 +94,13 @@ from dpql.data.measure import PrivateMeasurer
 from dpql.domain import Domain, EncodedTable, NumericColumn
 from dpql.plan.exact import answer_all, design_matrix
 from dpql.plan.ir import CorrRequirement, ModelRequirement, Tolerance
-from dpql.plan.requirements import allocation_scales, expand_requirements, product_query
+from dpql.plan.requirements import expand_requirements, product_query
+from dpql.postprocess import iproj
+from dpql.postprocess.allocation import allocation_scales
 from dpql.privacy.accountant import rho_from_eps_delta
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
 from dpql.spec.load import load_spec
-from dpql.synth import iproj
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[2] / "shared"

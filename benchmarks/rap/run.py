@@ -11,7 +11,7 @@ synthetic, goes through the same path: CSV/DataFrame in original units -> encode
 
 Methods:
 
-* ``rap``: ``dpql.compile.compile_release`` on a per-epsilon copy of the example spec with the
+* ``rap``: ``dpql.pipeline.compile_release`` on a per-epsilon copy of the example spec with the
   workload ``marginals(3)`` only (no requirements, no post-processing).
 * ``mst``, ``aim``: ``peers.py`` on mbi 2.x, same rho (tight conversion) and replace-one.
 * ``independent``: product of the real 1-way marginals (each column resampled independently
@@ -129,10 +129,10 @@ def _frame_from_bins(codes: dict[str, np.ndarray], domain, rng: np.random.Genera
 
 
 def worker_rap(eps: float, workdir: Path, seed: int) -> dict[str, Any]:
-    import dpql.compile as dc
+    import dpql.pipeline as dc
 
     spec = write_spec(eps, workdir)
-    layer = "dpql.compile.open_measurer (dpql.data.measure.PrivateMeasurer)"
+    layer = "dpql.pipeline.open_measurer (dpql.data.measure.PrivateMeasurer)"
     t = time.perf_counter()
     res = dc.compile_release(spec, seed=seed)
     wall = time.perf_counter() - t

@@ -1,5 +1,5 @@
 """RAP++ option sweep on UCI Adult (all 3-way marginals, epsilon = 1): the evidence behind the
-defaults in ``dpql.synth.schedule.RapOptions`` and the planner's selection share.
+defaults in ``dpql.synth.rap.schedule.RapOptions`` and the planner's selection share.
 
 Each configuration runs ``dpql.synth.rap.run_rap`` in its own process per noise seed, behind the
 real measurement layer (``compile.open_measurer``) with a *seeded* noise source
@@ -50,9 +50,9 @@ def write_spec(config: dict, path: Path) -> None:
 def worker(spec_path: str, noise_seed: int) -> dict:
     import jax
 
-    import dpql.synth.rap as rap
-    from dpql.compile import open_measurer
+    import dpql.synth.rap.program as rap
     from dpql.data.load import load_table, rules_from_spec
+    from dpql.pipeline import open_measurer
     from dpql.plan.planner import build_plan
     from dpql.privacy.ledger import Ledger
     from dpql.privacy.noise import NoiseSource
@@ -77,8 +77,7 @@ def worker(spec_path: str, noise_seed: int) -> dict:
         measurer,
         spec.domain,
         plan.queries,
-        plan.rap,
-        plan.rap_options,
+        *plan.synth.config,  # the RAP++ schedule and options
         spec.model.synthesizer.rows,
         0,
     )

@@ -188,8 +188,8 @@ def compile_spec(data: Path, rows: int) -> Path:
 
 def compile_child(spec: Path) -> dict[str, object]:
     """``dpql compile SPEC --seed 0`` in this process: its phase timings and peak RSS."""
-    from dpql.compile import compile_release
     from dpql.data.measure import PrivateMeasurer
+    from dpql.pipeline import compile_release
 
     exact = [0.0]  # time in the engine's exact answers (the measurement phase after opening)
     answers = PrivateMeasurer._answers

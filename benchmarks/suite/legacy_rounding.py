@@ -17,7 +17,7 @@ from dpql.synth.relaxed import Layout
 
 def round_rows_shared_shift(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     """Verbatim the pre-fix ``round_rows``: ``shift`` is drawn once per relaxed row."""
-    from dpql.synth.rap import _value_in_bin, column_probs
+    from dpql.synth.rap.program import _value_in_bin, column_probs
 
     probs = column_probs(layout, params[0])
     positions = np.clip(np.asarray(params[1], dtype=np.float64), 0.0, 1.0)
@@ -54,6 +54,6 @@ def round_rows_shared_shift(layout: Layout, params, rows: int, seed: int) -> Enc
 
 def patch() -> None:
     """Make ``dpql.synth.rap.run_rap`` round with the pre-fix function (this process only)."""
-    import dpql.synth.rap as rap
+    import dpql.synth.rap.program as rap
 
     rap.round_rows = round_rows_shared_shift

@@ -39,9 +39,9 @@ def mean_code_corr(table, names) -> float:
 def paired(spec_path: Path, data: Path, noise_seed: int, seed: int) -> dict:
     import legacy_rounding
 
-    import dpql.synth.rap as rap
-    from dpql.compile import open_measurer
+    import dpql.synth.rap.program as rap
     from dpql.evaluate.workload import marginal_tvd
+    from dpql.pipeline import open_measurer
     from dpql.privacy.ledger import Ledger
     from dpql.privacy.noise import NoiseSource
     from dpql.spec.load import load_spec
@@ -61,7 +61,7 @@ def paired(spec_path: Path, data: Path, noise_seed: int, seed: int) -> dict:
     try:
         t = time.perf_counter()
         rap.run_rap(
-            measurer, spec.domain, plan.queries, plan.rap, plan.rap_options,
+            measurer, spec.domain, plan.queries, *plan.synth.config,
             spec.model.synthesizer.rows, seed,
         )  # fmt: skip
         wall = time.perf_counter() - t
@@ -70,7 +70,7 @@ def paired(spec_path: Path, data: Path, noise_seed: int, seed: int) -> dict:
         measurer.close()
     real = suite.load_encoded(spec_path, data)
     names = list(spec.domain.names)
-    copies = spec.model.synthesizer.rows / plan.rap_options.relaxed_rows
+    copies = spec.model.synthesizer.rows / plan.synth.config[1].relaxed_rows
     out = {"run_rap_s": wall, "copies": copies, "corr_real": mean_code_corr(real, names)}
     for k, tab in tables.items():
         out[f"tvd_{k}"] = marginal_tvd(real, tab, plan.queries).mean

@@ -4,7 +4,7 @@ For every table of ``tables.py``, every epsilon (delta = 1/n^2) and every run, t
 side by side, each in its own Python process (so wall time includes imports and JAX
 compilation, and peak RSS is that method's alone):
 
-* ``dpql``: ``dpql.compile.compile_release`` on a per-epsilon copy of the table's spec
+* ``dpql``: ``dpql.pipeline.compile_release`` on a per-epsilon copy of the table's spec
   (``specs/``): workload ``marginals(3)`` only, no requirements or post-processing, the spec's
   synthesizer (dpql's default) with its default options. Seed = run index (optimisation and
   rounding only; DP noise always comes from OS entropy).
@@ -160,7 +160,7 @@ def load_encoded(spec_path: Path, csv: Path):
 
 
 def method_dpql(job: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
-    import dpql.compile as dc
+    import dpql.pipeline as dc
 
     if legacy:
         import legacy_rounding

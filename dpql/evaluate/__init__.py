@@ -5,7 +5,7 @@ the HTML page and the JSON summary say so.
 
 Entry points: :func:`build_report` and :func:`write_report`. The pure functions below are the
 ones benchmarks should reuse rather than copy (the DP-auto-GAN metrics live in
-:mod:`dpql.synth.gan.metrics`). scikit-learn and matplotlib (default dependencies) are
+:mod:`dpql.evaluate.gan_metrics`). scikit-learn and matplotlib (default dependencies) are
 imported lazily; without them a :class:`MissingExtraError` gives the install hint.
 """
 

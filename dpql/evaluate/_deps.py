@@ -34,6 +34,6 @@ def require(module: str) -> ModuleType:
 
 
 def gan_metrics() -> ModuleType:
-    """:mod:`dpql.synth.gan.metrics`, the one copy of the DP-auto-GAN metrics (needs sklearn)."""
+    """:mod:`dpql.evaluate.gan_metrics`, the one copy of the DP-auto-GAN metrics (needs sklearn)."""
     require("sklearn")
-    return importlib.import_module("dpql.synth.gan.metrics")
+    return importlib.import_module("dpql.evaluate.gan_metrics")

@@ -89,9 +89,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     curator; acceptance checks belong to ``dpql compile``. Raises :class:`DiagnosticError`
     (exit 1) for bad input, including a missing scikit-learn or matplotlib (E602).
     """
-    from dpql.cli import _progress
     from dpql.data.load import read_frame, rules_from_spec
     from dpql.plan.planner import build_plan
+    from dpql.progress import progress_bars
     from dpql.spec.load import load_spec
 
     spec = load_spec(args.spec)
@@ -102,7 +102,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     synthetic = _read(Path(args.synthetic))
     holdout = _read(Path(args.holdout)) if args.holdout else None
     print(PRIVATE_WARNING, file=sys.stderr)
-    update, stop = _progress() if sys.stderr.isatty() else plain_progress()
+    from rich.console import Console
+
+    bars = sys.stderr.isatty()
+    update, stop = progress_bars(Console(stderr=True)) if bars else plain_progress()
     try:
         report = build_report(
             spec.domain, real, synthetic, plan.queries, plan.requirements,

@@ -5,7 +5,7 @@
   after the paper's preprocessing (categoricals label-encoded, everything on [0, 1]);
 * 1-way histograms (DP-auto-GAN, `dp_auto_gan.md` section 6.3), numeric columns by public bins;
 * DP-auto-GAN's dimension-wise probability and diversity (sections 6.1, 6.4), computed by the
-  one copy of those metrics, :mod:`dpql.synth.gan.metrics`, and labelled here for the report.
+  one copy of those metrics, :mod:`dpql.evaluate.gan_metrics`, and labelled here for the report.
 """
 
 from __future__ import annotations

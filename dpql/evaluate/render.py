@@ -11,9 +11,7 @@ from __future__ import annotations
 import html
 import io
 import json
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,21 +22,15 @@ from dpql.evaluate._deps import require
 from dpql.evaluate.metrics import Histogram
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport
 from dpql.evaluate.workload import Progress
+from dpql.io import CURATOR_MODE, atomic_path
 
 REAL, SYNTH = "#1f77b4", "#ff7f0e"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically; the file is mode 0600 (curator-only)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)  # mkstemp's mode, made explicit: the report is private
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path, CURATOR_MODE) as tmp:
+        tmp.write_bytes(data)
 
 
 def _figure(width: float, height: float) -> Any:

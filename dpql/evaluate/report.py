@@ -78,7 +78,7 @@ class EvaluationReport:
     correlation_real: np.ndarray
     correlation_synthetic: np.ndarray
     dimension_wise_probability: DimensionWiseProbability
-    dimension_wise_prediction: tuple[Any, ...]  # dpql.synth.gan.metrics.PredictionScore
+    dimension_wise_prediction: tuple[Any, ...]  # dpql.evaluate.gan_metrics.PredictionScore
     diversity: tuple[Diversity, ...]
     histograms: tuple[Histogram, ...]
     notes: tuple[str, ...] = ()

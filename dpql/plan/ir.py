@@ -272,7 +272,7 @@ class ModelAccuracy:
     * ``linear``: ``(u(label) - clip(coef[0] . z + intercept[0], 0, 1))**2`` -- squared error on
       the [0, 1] scale of a numeric ``label``.
 
-    Added for ``dpql.accept`` (additive to the IR); data engines may evaluate it through
+    Added for ``dpql.postprocess.accept`` (additive to the IR); data engines may evaluate it through
     :mod:`dpql.plan.exact`.
     """
 

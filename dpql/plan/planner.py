@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from dpql.accept import (
+from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, SourcePos
+from dpql.lang.parser import parse_requirements, parse_workload
+from dpql.plan.acceptance import (
     Z,
     acceptance_queries,
     bound_can_hold,
@@ -36,8 +38,6 @@ from dpql.accept import (
     tested_metric,
     tolerance_text,
 )
-from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, SourcePos
-from dpql.lang.parser import parse_requirements, parse_workload
 from dpql.plan.ir import ModelRequirement, Query, Requirement, joint_l2_sensitivity
 from dpql.plan.requirements import (
     RequirementMeasures,
@@ -46,11 +46,11 @@ from dpql.plan.requirements import (
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
 from dpql.plan.resources import ResourceEstimate, estimate, resource_diagnostics
-from dpql.privacy.accountant import eps_from_rho, replace_one_guarantee, rho_from_eps_delta
+from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
 from dpql.privacy.budget import BudgetLine, BudgetTable, split_rho
-from dpql.privacy.mechanisms import gaussian_sigma, gumbel_beta
+from dpql.privacy.mechanisms import gaussian_sigma
 from dpql.spec.load import LoadedSpec
-from dpql.synth.schedule import RapOptions, RapSchedule, plan_rap, release_sigma
+from dpql.synth.base import PlanContext, SynthPlan, backend
 
 PLAN_VERSION = 1
 ACCEPT_FRACTION = Fraction(1, 4)
@@ -73,7 +73,7 @@ class Budget:
 
 @dataclass(frozen=True)
 class RequirementPlan:
-    """A requirement's planned DP test (``dpql.accept``): ``metric`` it is judged on (the
+    """A requirement's planned DP test (``postprocess.accept``): ``metric`` it is judged on (the
     statistic for corr / mean / count), ``predicted_sd`` of the DP value in the tolerance's
     units, ``reachable`` (``2 sd <= t`` for ``within t``; False for a bound no table meets;
     None when unknown before data), the smallest epsilon reaching a ``within`` tolerance, and
@@ -122,9 +122,7 @@ class ReleasePlan:
     budget: Budget
     phase_rho: dict[str, float]
     table: BudgetTable
-    rap: RapSchedule | None
-    rap_options: RapOptions | None
-    gan: Any
+    synth: SynthPlan
     requirement_plans: tuple[RequirementPlan, ...]
     seed: int
     warnings: tuple[Diagnostic, ...] = ()
@@ -173,11 +171,8 @@ def release_budget(spec: LoadedSpec) -> Budget:
     """Requested budget -> (epsilon, delta, rho) with the tight zCDP conversion (CKS 2020)."""
     privacy = spec.model.privacy
     delta = spec.target_delta
-    ext_eps = ext_delta = 0.0
-    synth = spec.model.synthesizer
-    if synth.method == "external":  # charged under replace-one (add/remove: group privacy)
-        b = synth.budget
-        ext_eps, ext_delta = replace_one_guarantee(b.epsilon, b.delta, b.neighbouring)
+    # a table made elsewhere is charged under replace-one (add/remove: group privacy)
+    ext_eps, ext_delta = backend(spec.model.synthesizer.method).declared_budget(spec)
     if privacy.rho is not None:
         rho = privacy.rho
         epsilon = eps_from_rho(rho, delta - ext_delta) + ext_eps
@@ -208,12 +203,12 @@ def _budget_diag(spec: LoadedSpec, epsilon: float, ext: float) -> Diagnostic:
 def phase_shares(spec: LoadedSpec, requirements: tuple[Requirement, ...]) -> dict[str, Fraction]:
     """Exact shares of the release's rho per phase (see the module docstring)."""
     post = spec.model.postprocess
-    method = spec.model.synthesizer.method
+    spends = backend(spec.model.synthesizer.method).spends_budget
     shares: dict[str, Fraction] = {}
     post_share = (
         Fraction(post.share).limit_denominator(10**6) if post and requirements else Fraction(0)
     )
-    if method == "external":
+    if not spends:  # dpql only post-processes: all of its budget goes there
         post_share = Fraction(1) if requirements else Fraction(0)
     if post_share:
         if any(isinstance(r, ModelRequirement) for r in requirements):
@@ -221,7 +216,7 @@ def phase_shares(spec: LoadedSpec, requirements: tuple[Requirement, ...]) -> dic
             shares["iproj.measure"] = post_share - shares["accept.test"]
         else:
             shares["iproj.measure"] = post_share
-    if method != "external":
+    if spends:
         shares["synthesizer"] = 1 - post_share
     return shares
 
@@ -270,29 +265,10 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     budget = _checked_budget(spec)
     shares = phase_shares(spec, requirements)
     phase_rho = split_rho(budget.rho, shares)
-    lines: list[BudgetLine] = []
-    rap = rap_options = gan = None
-    synth_rho = phase_rho.get("synthesizer", 0.0)
-    if model.synthesizer.method == "rap":
-        rap_options = RapOptions.from_mapping(
-            model.synthesizer.options.model_dump(exclude_none=True)
-        )
-        split = model.privacy.split or {}
-        # Default 1:3. The paper halves each round (rap_pp.md §4.2); on Adult at epsilon = 1
-        # a quarter for selection lowered the mean 3-way TVD from 0.083 to 0.079 (3 seeds,
-        # benchmarks/rap/RESULTS.md): the measurements, not the choice, limit the fit.
-        sel = Fraction(split.get("selection", 0.25)).limit_denominator(10**6)
-        meas = Fraction(split.get("measurement", 0.75)).limit_denominator(10**6)
-        rap = plan_rap(resolved.queries, synth_rho, rap_options, sel / (sel + meas))
-        lines.extend(_rap_lines(rap, n))
-    elif model.synthesizer.method == "gan":
-        gan = _plan_gan(spec, budget, phase_rho)
-        for e in gan.events():
-            lines.append(
-                BudgetLine(f"gan.{e.phase}", "dpsgd", e.steps or 1, None, e.noise_multiplier, n)
-            )
-    else:
-        lines.append(BudgetLine("external", "external", 1, None))
+    synth = backend(model.synthesizer.method).plan(
+        PlanContext(spec, resolved.queries, budget.epsilon, budget.delta, phase_rho)
+    )
+    lines: list[BudgetLine] = list(synth.lines)
     k = len(measures.queries) if measures else 0
     if "iproj.measure" in phase_rho and measures is not None and k:
         lines.extend(_measure_lines(measures, phase_rho["iproj.measure"], n))
@@ -322,7 +298,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     req_diags = [d for p in req_plans for d in p.diagnostics]
     if any(d.severity == "error" for d in req_diags):
         raise DiagnosticError([d for d in req_diags if d.severity == "error"])
-    resources = _estimate(spec, resolved.queries, rap, rap_options, gan, k, requirements)
+    resources = _estimate(spec, resolved.queries, synth, k, requirements)
     res_diags = resource_diagnostics(resources, _resource_pos(spec, resources))
     if any(d.severity == "error" for d in res_diags):
         raise DiagnosticError(res_diags)
@@ -335,9 +311,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         budget,
         phase_rho,
         table,
-        rap,
-        rap_options,
-        gan,
+        synth,
         req_plans,
         seed,
         tuple(spec.warnings)
@@ -379,28 +353,22 @@ def _checked_budget(spec: LoadedSpec) -> Budget:
 def _estimate(
     spec: LoadedSpec,
     queries: tuple[Query, ...],
-    rap: RapSchedule | None,
-    rap_options: RapOptions | None,
-    gan: Any,
+    synth: SynthPlan,
     measures: int,
     requirements: tuple[Requirement, ...],
 ) -> ResourceEstimate:
     """Compile's peak memory and time (:mod:`dpql.plan.resources`), from public facts."""
     model = spec.model
-    synth = model.synthesizer
-    rows = getattr(synth, "rows", None)
+    rows = getattr(model.synthesizer, "rows", None)
     return estimate(
         domain=spec.domain,
         n=spec.rows,
-        method=synth.method,
         engine=model.data.engine,
         output_rows=rows if rows is not None else spec.rows,
         workload=queries,
-        schedule=rap,
-        rap_options=rap_options,
+        synth=synth.cost,
         measures=measures,
         model_requirements=sum(isinstance(r, ModelRequirement) for r in requirements),
-        gan_options=getattr(gan, "options", None),
     )
 
 
@@ -424,73 +392,9 @@ def _resource_pos(spec: LoadedSpec, est: ResourceEstimate) -> SourcePos:
     return SourcePos(str(spec.path), 1, 1)
 
 
-def _plan_gan(spec: LoadedSpec, budget: Budget, phase_rho: dict[str, float]):
-    """DP-SGD noise for the GAN so that it and the planned zCDP phases fit (epsilon, delta)."""
-    from types import SimpleNamespace
-
-    from dpql.privacy.ledger import PrivacyEvent
-    from dpql.synth.gan import GanOptions, plan_gan
-
-    others = [
-        PrivacyEvent(
-            phase,
-            "gaussian",
-            f"planned {phase}",
-            l2_sensitivity=1.0,
-            noise_scale=1.0 / math.sqrt(2 * rho),
-            rho=rho,
-        )
-        for phase, rho in phase_rho.items()
-        if phase != "synthesizer" and rho > 0
-    ]
-    doc = spec.doc
-    where = ("synthesizer", "options") if doc.has(("synthesizer", "options")) else ("synthesizer",)
-    pos = doc.key_pos(where)
-    options = GanOptions.from_mapping(spec.model.synthesizer.options, pos)
-    target = SimpleNamespace(epsilon=budget.epsilon, delta=budget.delta)
-    split = spec.model.privacy.split
-    try:
-        return plan_gan(options, spec.rows, target, split, other_events=tuple(others))
-    except (ValueError, ArithmeticError) as e:  # e.g. noise multipliers the accountant refuses
-        raise DiagnosticError(
-            [
-                Diagnostic(
-                    "E152",
-                    f"the gan options cannot be planned: {e or type(e).__name__}",
-                    pos,
-                    "use noise multipliers and step counts in the range of the paper's "
-                    "(noise about 0.5 to 10), or leave noise_multipliers out to calibrate them",
-                )
-            ]
-        ) from None
-
-
-def _rap_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
-    lines = []
-    for i, r in enumerate(rap.rounds):
-        phase = f"rap.{r.kind}[{i}]"
-        if r.rho_select > 0:
-            sens = 2.0 / n
-            lines.append(
-                BudgetLine(
-                    phase, "gumbel_top_k", 1, r.rho_select, gumbel_beta(sens, r.k, r.rho_select), n
-                )
-            )
-        pool = (
-            rap.init_queries
-            if r.kind == "init"
-            else (rap.marginal_candidates if r.kind == "marginal" else rap.threshold_candidates)
-        )
-        sigma = release_sigma(
-            list(pool[: r.k]) if r.kind != "init" else list(pool), r.rho_measure, n
-        )
-        lines.append(BudgetLine(phase, "gaussian", 1, r.rho_measure, sigma, n))
-    return lines
-
-
 def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[BudgetLine]:
     """The post-processing releases (``iproj.measure``), one line each, with the rho
-    ``dpql.synth.iproj.measure`` will spend on them (``release_rhos``) and the sigma of equal
+    ``dpql.postprocess.iproj.measure`` will spend on them (``release_rhos``) and the sigma of equal
     noise at its queries' L2 sensitivity."""
     lines = []
     for rel, r in zip(measures.releases, release_rhos(measures.releases, rho), strict=True):
@@ -511,7 +415,7 @@ def _requirement_plan(
     pos: SourcePos | None = None,
 ) -> RequirementPlan:
     """A requirement's row of the plan: the predicted sd of the DP value it is judged on at the
-    planned budget (``dpql.accept.predicted_sd``: the I-projection releases, at the largest noise
+    planned budget (``acceptance.predicted_sd``: the I-projection releases, at the largest noise
     sd among the requirement's ``cells`` -- exact for one joint release, conservative when a
     shared measure is averaged over weighted releases -- and the acceptance release of
     ``n_tests`` queries), reachability, the smallest epsilon that reaches a ``within``

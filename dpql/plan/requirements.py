@@ -283,7 +283,7 @@ def expand_requirements(reqs: Sequence[Requirement], domain: Domain) -> Requirem
 # Values from answers
 
 
-def _lookup(answers: Mapping[Query, float], part: Query | float) -> float:
+def lookup_part(answers: Mapping[Query, float], part: Query | float) -> float:
     return part if isinstance(part, float) else float(answers[part])
 
 
@@ -305,7 +305,7 @@ def _ratio(m: Sequence[float]) -> float:
     return m[0] / m[1] if m[1] > 0 else math.nan
 
 
-def _parts_and_fn(
+def parts_and_fn(
     req: Requirement, domain: Domain
 ) -> tuple[list[Query | float], Callable[[Sequence[float]], float], float]:
     """(parts, value on the [0, 1] scale, factor to original units)."""
@@ -317,7 +317,7 @@ def _parts_and_fn(
         return _mean_parts(req, domain), _ratio, span
     if isinstance(req, CountRequirement):
         return [product_query([], req.predicate)], lambda m: m[0], 1.0
-    raise TypeError("model requirements have no moment value; see dpql.accept")
+    raise TypeError("model requirements have no moment value; see dpql.postprocess.accept")
 
 
 def requirement_value(req: Requirement, answers: Mapping[Query, float], domain: Domain) -> float:
@@ -328,8 +328,8 @@ def requirement_value(req: Requirement, answers: Mapping[Query, float], domain: 
     fraction of rows. Raises ``E502`` when the value is undefined (zero or negative variance, an
     empty condition) -- with noisy answers this means the noise swamped the statistic.
     """
-    parts, fn, _ = _parts_and_fn(req, domain)
-    v = fn([_lookup(answers, p) for p in parts])
+    parts, fn, _ = parts_and_fn(req, domain)
+    v = fn([lookup_part(answers, p) for p in parts])
     if math.isnan(v):
         what = "a column has zero variance" if isinstance(req, CorrRequirement) else "no row"
         raise _error(
@@ -344,7 +344,7 @@ def requirement_value(req: Requirement, answers: Mapping[Query, float], domain: 
     return float(v)
 
 
-def _gradient(fn: Callable[[Sequence[float]], float], m: Sequence[float]) -> np.ndarray:
+def numeric_gradient(fn: Callable[[Sequence[float]], float], m: Sequence[float]) -> np.ndarray:
     """Central differences: the value functions are smooth where defined and cheap."""
     m = np.asarray(m, dtype=np.float64)
     h = 1e-6
@@ -361,7 +361,7 @@ def delta_method_sd(
 ) -> float:
     """sd of ``fn(m + noise)`` to first order, the noise independent N(0, sigmas[i]^2) per part:
     ``sqrt(sum_i (d fn / d m_i)^2 sigmas[i]^2)`` (NaN where ``fn`` is undefined near ``m``)."""
-    g = _gradient(fn, m)
+    g = numeric_gradient(fn, m)
     return float(np.sqrt(np.sum((g * np.asarray(sigmas, dtype=np.float64)) ** 2)))
 
 
@@ -377,119 +377,13 @@ def value_sd(
     Gaussian release) or one per query (weighted releases); constant parts carry none.
     ``sd = ||sigma * grad_measured value||_2`` in original units.
     """
-    parts, fn, span = _parts_and_fn(req, domain)
+    parts, fn, span = parts_and_fn(req, domain)
 
     def sd(p: Query) -> float:
         return float(sigma[p]) if isinstance(sigma, Mapping) else float(sigma)
 
     sigmas = [0.0 if isinstance(p, float) else sd(p) for p in parts]
-    return span * delta_method_sd(fn, [_lookup(answers, p) for p in parts], sigmas)
-
-
-ALLOCATION_SWEEPS = 200  # fixed-point iterations of allocation_scales (a few dozen suffice)
-# Smallest precision c_k^2 of a cell (the mean is 1): noise at most 1/sqrt(0.05) = 4.5x the
-# equal-noise sd. The gradients are taken at the synthetic table's moments, not the real ones,
-# so a poor table must not starve a measure; on Adult the optimum never went below 0.097.
-ALLOCATION_FLOOR = 0.05
-
-
-def _value_gradient(
-    req: Requirement, answers: Mapping[Query, float], domain: Domain
-) -> dict[Query, float]:
-    """d value / d measure of a moment requirement at ``answers`` (original units; a query that
-    is several parts, e.g. ``E x^2 = E x`` of a binary column, sums its parts' derivatives)."""
-    parts, fn, span = _parts_and_fn(req, domain)
-    grad = _gradient(fn, [_lookup(answers, p) for p in parts])
-    out: dict[Query, float] = {}
-    for p, g in zip(parts, grad, strict=True):
-        if not isinstance(p, float) and math.isfinite(g):
-            out[p] = out.get(p, 0.0) + span * float(g)
-    return out
-
-
-def allocation_scales(
-    measures: RequirementMeasures,
-    requirements: Sequence[Requirement],
-    answers: Mapping[Query, float],
-    domain: Domain,
-) -> tuple[np.ndarray, ...]:
-    """Scales that spread each release's noise over its measures, one array per release
-    (aligned with ``release.cells``), for ``dpql.synth.iproj.measure``: measure k of release g
-    gets sd ``sigma_g / c_k`` there (spec/language.md 5.3).
-
-    In each release, cells that a model requirement of the release uses, or that no moment
-    requirement uses, keep ``c = 1``: a model has no delta-method objective. The other cells
-    ("free") share the rest with ``sum Delta_k^2 c_k^2 = sum Delta_k^2`` (``Delta_k`` the
-    measure's sensitivity), which keeps the release's L2 sensitivity, hence ``sigma_g`` and its
-    rho, unchanged. They minimise ``sum_r sd_r / t_r`` over the corr / mean / count
-    requirements ``r`` whose cells the release holds, where ``sd_r^2 = sum_k g_rk^2 sigma_g^2 /
-    c_k^2`` is the delta-method variance of the requirement's value (``g_rk`` its derivative in
-    measure k at ``answers``) and ``t_r`` its tolerance. Stationarity gives
-    ``c_k^2 ∝ sqrt(sum_r g_rk^2 / (sd_r t_r)) / Delta_k``, iterated to a fixed point; a cell's
-    ``c_k^2`` is floored at ``ALLOCATION_FLOOR`` of the (``Delta^2``-weighted) mean, 1.
-
-    ``answers`` must be public: the moments of the synthetic table being post-processed.
-    Benchmark (``benchmarks/iproj/RESULTS.md``, Table 1 protocol): lower correlation error than
-    equal noise on every generator seed.
-    """
-    pairs = list(zip(requirements, measures.index, strict=True))
-    return tuple(
-        _release_scales(
-            rel.cells,
-            [(r, c) for r, c in pairs if c and set(c) <= set(rel.cells)],
-            measures.queries,
-            answers,
-            domain,
-        )
-        for rel in measures.releases
-    )
-
-
-def _release_scales(
-    cells: tuple[int, ...],
-    inside: list[tuple[Requirement, tuple[int, ...]]],
-    queries: tuple[Query, ...],
-    answers: Mapping[Query, float],
-    domain: Domain,
-) -> np.ndarray:
-    """:func:`allocation_scales` of one release holding ``cells`` and the requirements
-    ``inside`` it: the fixed point of ``c_k^2 ∝ sqrt(sum_r g_rk^2 / (sd_r t_r)) / Delta_k``."""
-    scales = np.ones(len(cells))
-    reqs = [r for r, _ in inside if not isinstance(r, ModelRequirement)]
-    model = {k for r, c in inside if isinstance(r, ModelRequirement) for k in c}
-    free = sorted({k for r, c in inside if not isinstance(r, ModelRequirement) for k in c} - model)
-    if len(free) < 2:
-        return scales
-    col = {queries[k]: i for i, k in enumerate(free)}
-    # rows: requirements; columns: free cells. The fixed cells' share of each variance apart.
-    G2 = np.zeros((len(reqs), len(free)))
-    fixed = np.zeros(len(reqs))
-    for i, r in enumerate(reqs):
-        for q, g in _value_gradient(r, answers, domain).items():
-            if q in col:
-                G2[i, col[q]] += g * g
-            else:
-                fixed[i] += g * g
-    if not G2.any():
-        return scales
-    tol = np.array([r.tolerance.within or 1.0 for r in reqs])
-    # weights of the constraint sum_k w_k c_k^2 = 1: each cell's share of the squared sensitivity
-    delta = np.array([queries[k].sensitivity(1).l2 for k in free])
-    w = delta**2 / np.sum(delta**2)
-    p = np.ones(len(free))  # c_k^2
-    for _ in range(ALLOCATION_SWEEPS):
-        sd = np.sqrt(fixed + G2 @ (1 / p))
-        live = sd > 0
-        new = np.sqrt(G2[live].T @ (1 / (sd[live] * tol[live]))) / delta
-        new = np.maximum(new / (w @ new), ALLOCATION_FLOOR)
-        new /= w @ new
-        done = np.max(np.abs(new - p)) <= 1e-12 * np.max(p)
-        p = new
-        if done:
-            break
-    where = {k: i for i, k in enumerate(cells)}
-    scales[[where[k] for k in free]] = np.sqrt(p)
-    return scales
+    return span * delta_method_sd(fn, [lookup_part(answers, p) for p in parts], sigmas)
 
 
 def uniform_prior_probability(pred: Pred, domain: Domain, rows: int = 1 << 15) -> float:
@@ -546,13 +440,14 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
     is *optimistic* for concentrated columns (small variance, rare conditions): there the real
     error is larger; the acceptance report recomputes the sd at the noisy values.
 
-    Model requirements are decided by their own DP test: see :func:`dpql.accept.predicted_sd`.
+    Model requirements are decided by their own DP test: see
+    :func:`dpql.plan.acceptance.predicted_sd`.
     """
     if isinstance(req, ModelRequirement):
-        raise TypeError("a model requirement's error is its test's: dpql.accept.predicted_sd")
+        raise TypeError("a model requirement's error is its test's: acceptance.predicted_sd")
     if isinstance(req, CountRequirement):
         return sigma
-    parts, fn, span = _parts_and_fn(req, domain)
+    parts, fn, span = parts_and_fn(req, domain)
     m = [_plausible(p, domain) for p in parts]
     if isinstance(req, MeanRequirement):
         m[0] = m[1]  # worst-case conditional mean (ratio 1)

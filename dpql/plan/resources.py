@@ -220,19 +220,44 @@ def _gan_parts(domain: Domain, o: Any, n_mem: int) -> dict[str, float]:
     }
 
 
+def rap_cost(domain: Domain, workload: Sequence[Query], schedule: Any, options: Any) -> Any:
+    """RAP++'s share of the estimate: the relaxed table's tensors and Adam steps, and the
+    candidates it answers besides the workload (2-way subsets, 1-way init marginals)."""
+    from dpql.synth.base import SynthCost
+
+    rap = _rap_parts(domain, schedule, options)
+    steps = options.iterations + max(len(schedule.rounds) - 1, 0) * options.warm_iterations
+    seconds = STARTUP_SECONDS + steps * (sum(rap.values()) - rap["selection"]) / 4.0 * (
+        SECONDS_PER_ELEMENT
+    )
+    pool = (*schedule.marginal_candidates, *schedule.init_queries)
+    extra = tuple(m for m in pool if isinstance(m, Marginal))
+    return SynthCost(rap, seconds, extra)
+
+
+def gan_cost(domain: Domain, options: Any, n: int, engine: str) -> Any:
+    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data."""
+    from dpql.synth.base import SynthCost
+
+    gan = _gan_parts(domain, options, _data_rows_in_memory(n, engine))
+    ae, critic = _gan_sizes(domain, options)
+    o = options
+    seconds = STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * (
+        o.ae_steps * o.ae_batch_size * ae + o.critic_steps * o.critic_batch_size * critic
+    )
+    return SynthCost(gan, seconds)
+
+
 def estimate(
     *,
     domain: Domain,
     n: int,
-    method: str,
     engine: str,
     output_rows: int,
     workload: Sequence[Query],
-    schedule: Any = None,
-    rap_options: Any = None,
+    synth: Any = None,
     measures: int = 0,
     model_requirements: int = 0,
-    gan_options: Any = None,
 ) -> ResourceEstimate:
     """Estimate compile's peak memory and time from the plan's public facts."""
     cols = len(domain)
@@ -255,10 +280,11 @@ def estimate(
         reads += len(query_columns(q)) + 1
         if isinstance(q, Halfspace):
             groups[(q.columns, q.by)] = groups.get((q.columns, q.by), 0) + 1
-    if schedule is not None:
+    cost = synth
+    if cost is not None and cost.extra_queries:
         seen = {q.columns for q in workload if isinstance(q, Marginal)}
-        for m in (*schedule.marginal_candidates, *schedule.init_queries):
-            if isinstance(m, Marginal) and m.columns not in seen:
+        for m in cost.extra_queries:
+            if m.columns not in seen:
                 seen.add(m.columns)
                 cells += query_cells(m, cards)
                 reads += len(m.columns) + 1
@@ -271,27 +297,10 @@ def estimate(
     measure_phase = max(read, hs_data)
     data_ops = n * reads
 
-    fit = 0.0
-    fit_seconds = 0.0
-    if method == "rap" and schedule is not None and rap_options is not None:
-        rap = _rap_parts(domain, schedule, rap_options)
-        parts.update(rap)
-        fit = sum(rap.values())
-        steps = rap_options.iterations + max(len(schedule.rounds) - 1, 0) * (
-            rap_options.warm_iterations
-        )
-        fit_seconds = STARTUP_SECONDS + steps * (fit - rap["selection"]) / 4.0 * (
-            SECONDS_PER_ELEMENT
-        )
-    elif method == "gan" and gan_options is not None:
-        gan = _gan_parts(domain, gan_options, n_mem)
-        parts.update(gan)
-        fit = sum(gan.values())
-        o = gan_options
-        ae, critic = _gan_sizes(domain, o)
-        fit_seconds = STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * (
-            o.ae_steps * o.ae_batch_size * ae + o.critic_steps * o.critic_batch_size * critic
-        )
+    fit = sum(cost.parts.values()) if cost is not None else 0.0
+    fit_seconds = cost.seconds if cost is not None else 0.0
+    if cost is not None:
+        parts.update(cost.parts)
     # Rounding to output rows, the table, formatting and writing it.
     N = output_rows
     rounding = 8.0 * N * 8 + 9.0 * N * max_card + N * (4.0 * cols + 8.0 * numeric)

@@ -83,12 +83,12 @@ def gaussian_mechanism(
     blocks = [np.asarray(s) for s in sums]
     if len(blocks) != len(units):
         raise ValueError("one unit per block of sums")
-    ints = []
-    for b in blocks:
-        whole = np.rint(b)
-        if not np.array_equal(whole, b) or (b.size and np.abs(whole).max() >= 2.0**62):
-            raise ValueError(f"{label}: the discrete Gaussian releases integer sums only")
-        ints.append(whole.astype(np.int64))
+    sizes = [b.size for b in blocks]
+    flat = np.concatenate([b.ravel() for b in blocks]) if blocks else np.zeros(0)
+    whole = np.rint(flat)
+    if not np.array_equal(whole, flat) or (flat.size and np.abs(whole).max() >= 2.0**62):
+        raise ValueError(f"{label}: the discrete Gaussian releases integer sums only")
+    ints = whole.astype(np.int64)
     for u in units:
         _check_positive("unit", u)
     sigma = gaussian_sigma(l2_sensitivity, rho)
@@ -97,23 +97,26 @@ def gaussian_mechanism(
             phase,
             "gaussian",
             label,
-            count=sum(b.size for b in ints) if count is None else count,
+            count=ints.size if count is None else count,
             l2_sensitivity=l2_sensitivity,
             noise_scale=sigma,
             rho=rho,
         )
     )
     # blocks at the same scale share one vectorised draw (e.g. every marginal of a round)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     by_scale: dict[float, list[int]] = {}
     for j, u in enumerate(units):
         by_scale.setdefault(sigma * u * (1 + _SCALE_MARGIN), []).append(j)
-    out: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * len(ints)
     for scale, idx in by_scale.items():
-        sizes = [ints[j].size for j in idx]
-        draws = np.split(noise.discrete_gaussian(scale, sum(sizes)), np.cumsum(sizes)[:-1])
-        for j, part in zip(idx, draws, strict=True):
-            out[j] = ints[j] + part.reshape(ints[j].shape)
-    return out
+        where = (
+            np.arange(ints.size)
+            if len(by_scale) == 1
+            else np.concatenate([np.arange(offsets[j], offsets[j + 1]) for j in idx])
+        )
+        ints[where] += noise.discrete_gaussian(scale, where.size)
+    parts = np.split(ints, offsets[1:-1])
+    return [part.reshape(b.shape) for part, b in zip(parts, blocks, strict=True)]
 
 
 def gumbel_top_k(

@@ -17,7 +17,7 @@ magnitude ``P(G = k) = (1 - q) q^k``, "-0" rejected (CKS Algorithm 2) -- accepte
 probability ``exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2))``. Every random decision is a comparison
 of a uniform ``U`` with a threshold ``p = exp(-x)`` (``G = k`` iff ``q^(k+1) < 1 - U <= q^k``),
 and each is made
-*exactly*: the first 32 (or 53) bits of ``U`` fix an interval, the threshold is computed in
+*exactly*: the first 31 (or 53) bits of ``U`` fix an interval, the threshold is computed in
 float64 and widened by a relative ``2^-40`` (libm's ``exp``/``log`` are within a few ulp,
 ``2^-50``), and only when the two intervals overlap -- probability about ``2^-30`` per draw --
 is the decision settled by :func:`_exact_below`, which draws further bits of ``U`` and brackets
@@ -53,8 +53,9 @@ Shape = int | tuple[int, ...]
 # Relative half-width by which a float64 threshold exp(-x) is widened before a decision is taken
 # on it: far above libm's error (a few ulp, ~2^-50) and the rounding of x itself.
 _THRESHOLD_SLACK = 2.0**-40
-# Uniform bits drawn for the fast path: 32 while the answer a threshold decides is insensitive
-# at that resolution (t small), 53 (a full double mantissa) for large t.
+# Uniform bits drawn for the fast path: 31 (with a sign bit, one 32-bit word) while the
+# decisions they settle are coarse at that resolution (t small); 53 (a double's mantissa) for
+# large t.
 _WIDE_T = 2**16
 
 
@@ -99,14 +100,17 @@ class NoiseSource:
         _check_scale("sigma", sigma)
         if sigma >= 2.0**46:
             raise ValueError(f"discrete Gaussian sigma must be < 2^46, got {sigma!r}")
-        out = np.empty(size, dtype=np.int64)
-        todo = np.arange(size)
         sampler = _DiscreteGaussian(self, sigma)
-        while todo.size:
-            y, accepted = sampler.attempt(todo.size)
-            out[todo[accepted]] = y[accepted]
-            todo = todo[~accepted]
-        return out
+        kept: list[np.ndarray] = []
+        have = 0
+        while have < size:
+            # about 3/4 of candidates are kept at sigma >= 3 (fewer below): ask for a bit more
+            # than is missing, so most calls need one or two rounds; surplus draws are dropped
+            # (i.i.d., so keeping the first `size` is exact)
+            y, accepted = sampler.attempt(int((size - have) * 1.4) + 16)
+            kept.append(y[accepted])
+            have += kept[-1].size
+        return np.concatenate(kept)[:size] if kept else np.empty(0, dtype=np.int64)
 
     def gumbel(self, shape: Shape, scale: float) -> np.ndarray:
         """I.i.d. Gumbel(0, scale) float64 samples (CDF exp(-exp(-x/scale))), from 53-bit
@@ -159,19 +163,16 @@ class _DiscreteGaussian:
         self.centre = self.sigma2 / self.t  # sigma^2 / t, exact
         self.sigma2_f = float(self.sigma2)
         self.centre_f = float(self.centre)
-        self.bits = 32 if self.t <= _WIDE_T else 53
+        self.bits = 31 if self.t <= _WIDE_T else 53
 
     def attempt(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """``size`` candidates and whether each is accepted. A candidate is a discrete Laplace
         ``Y`` (``P(y) ∝ q^|y|``) drawn as a sign and a geometric magnitude, rejecting "-0"
         (CKS Algorithm 2's construction), then kept with the Gaussian-to-Laplace ratio."""
-        magnitude = self._geometric(size)
-        negative = np.unpackbits(
-            np.frombuffer(self.source._bytes((size + 7) // 8), dtype=np.uint8), count=size
-        ).astype(bool)
+        negative, magnitude = self._signed_geometric(size)
         y = np.where(negative, -magnitude, magnitude)
-        accepted = ~(negative & (magnitude == 0))
-        accepted[accepted] = self._accept(y[accepted])
+        accepted = self._accept(y)
+        accepted &= ~(negative & (magnitude == 0))
         return y, accepted
 
     def _uniforms(self, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,23 +181,33 @@ class _DiscreteGaussian:
         m = self.source.words(size, self.bits)
         return m, m.astype(np.float64) * 2.0**-self.bits
 
-    def _geometric(self, size: int) -> np.ndarray:
+    def _signed_geometric(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """A uniform sign and a geometric magnitude per candidate, from one word each: the
+        lowest bit is the sign, the ``bits`` above it the geometric's uniform."""
+        words = self.source.words(size, self.bits + 1)
+        negative = (words & np.uint64(1)).astype(bool)
+        return negative, self._geometric(words >> np.uint64(1))
+
+    def _geometric(self, m: np.ndarray) -> np.ndarray:
         """``G`` with ``P(G = k) = (1 - q) q^k``, ``q = exp(-1/t)``: ``G = k`` iff
         ``q^(k+1) < V <= q^k``, i.e. ``G = floor(-t ln V)``, for ``V = 1 - U`` on (0, 1]."""
         t = self.t
-        m, lo = self._uniforms(size)
+        lo = m.astype(np.float64) * 2.0**-self.bits
         width = 2.0**-self.bits
         # V in (v_hi - width, v_hi] (v_hi exact); -t ln V spans [k_lo, k_lo + t width / v_lo).
+        # k_lo <= t ln(2^bits) < 37 t, so one absolute slack covers log's relative error; V = 0
+        # (m all ones) gives an infinite span and goes to the exact path.
         v_hi = 1.0 - lo
-        v_lo = v_hi - width
-        k_lo = -t * np.log(v_hi)
+        k_lo = np.log(v_hi)
+        k_lo *= -t
         with np.errstate(divide="ignore"):
-            span = t * width / v_lo
-        slack = _THRESHOLD_SLACK * np.maximum(k_lo, 1.0)
+            span = (t * width) / (v_hi - width)
+        slack = _THRESHOLD_SLACK * max(37.0 * t, 1.0)
         k = np.floor(k_lo - slack)
-        sure = (v_lo > 0) & (np.floor(k_lo + span + slack) == k) & (k < 2.0**62)
-        out = np.zeros(size, dtype=np.int64)
-        out[sure] = k[sure].astype(np.int64)
+        span += k_lo
+        span += slack
+        sure = np.floor(span, out=span) == k
+        out = np.where(sure, k, 0.0).astype(np.int64)
         for i in np.flatnonzero(~sure):
             out[i] = self._geometric_exact(int(m[i]))
         return out
@@ -218,13 +229,16 @@ class _DiscreteGaussian:
         """Bernoulli(exp(-(|y| - sigma^2/t)^2 / (2 sigma^2))) for each candidate, exactly."""
         size = y.size
         m, lo = self._uniforms(size)
-        hi = lo + 2.0**-self.bits
-        d = np.abs(y).astype(np.float64) - self.centre_f
-        p = np.exp(-(d * d) / (2.0 * self.sigma2_f))
-        p_lo = p * (1.0 - _THRESHOLD_SLACK)
-        p_hi = p * (1.0 + _THRESHOLD_SLACK) + 2.0**-1000
-        below = hi <= p_lo
-        above = lo >= p_hi
+        width = 2.0**-self.bits
+        d = np.abs(y).astype(np.float64)
+        d -= self.centre_f
+        d *= d
+        d *= -1.0 / (2.0 * self.sigma2_f)
+        p = np.exp(d, out=d)
+        # U in [lo, lo + width): certainly below p when lo + width <= p (1 - slack), certainly
+        # not when lo >= p (1 + slack) + 2^-1000 (p underflowing to 0 means p < 2^-1000)
+        below = lo <= p * (1.0 - _THRESHOLD_SLACK) - width
+        above = lo >= p * (1.0 + _THRESHOLD_SLACK) + 2.0**-1000
         out = below.copy()
         for i in np.flatnonzero(~(below | above)):
             gamma = (abs(int(y[i])) - self.centre) ** 2 / (2 * self.sigma2)

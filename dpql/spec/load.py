@@ -160,7 +160,54 @@ def build_domain(spec: ReleaseSpec) -> Domain:
 
 def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     """Load and check a release spec; raise DiagnosticError with every problem found."""
-    doc = _read_yaml(path)
+    return _load_spec_doc(_read_yaml(path), path)
+
+
+#: Characters a YAML reader refuses or reads as a line break even inside a quoted string; the
+#: JSON text of :func:`load_normalised_spec` writes them as ``\uXXXX`` escapes instead.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def load_normalised_spec(data: Any, path: str | os.PathLike[str]) -> LoadedSpec:
+    """Load and check a spec given as its normalised JSON value (:func:`normalised_spec_json`,
+    as a provenance record embeds it) instead of a file: the same checks as :func:`load_spec`,
+    without reading anything. ``path`` names the spec in diagnostics and is what relative paths
+    resolve against; it is never opened. Nulls are left out (every nullable field defaults to
+    null) and ``schema`` becomes a mapping again, so a normalised spec loads back to itself.
+    Raises DiagnosticError (``E003`` when ``data`` is not a mapping with a ``schema`` list)."""
+    file = os.fspath(path)
+    if not isinstance(data, dict) or not isinstance(data.get("schema"), list):
+        raise DiagnosticError(
+            [Diagnostic("E003", "not a normalised release spec", SourcePos(file, 1, 1))]
+        )
+    value = _without_nulls(data)
+    columns: dict[str, Any] = {}
+    for col in value["schema"]:
+        if not isinstance(col, dict) or not isinstance(col.get("name"), str):
+            raise DiagnosticError(
+                [Diagnostic("E003", "a schema entry without a name", SourcePos(file, 1, 1))]
+            )
+        columns[col["name"]] = {k: v for k, v in col.items() if k != "name"}
+    value["schema"] = columns
+    try:  # JSON is YAML: the loader's own limits (size, depth, digits) apply to it
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, indent=1)
+    except (ValueError, RecursionError):
+        raise DiagnosticError(
+            [Diagnostic("E101", "a number is not finite, or a value nests too deep", None)]
+        ) from None
+    text = _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _load_spec_doc(load_yaml(text, file), path)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _load_spec_doc(doc: YamlDoc, path: str | os.PathLike[str]) -> LoadedSpec:
     spec = _validate(ReleaseSpec, doc)
     sink = DiagnosticSink()
     sink.extend(spec_checks(spec, doc))

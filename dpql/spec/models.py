@@ -30,6 +30,7 @@ is left after ``postprocess.share``) between its phases: ``selection``/``measure
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -162,14 +163,34 @@ class PrivacySpec(_Model):
 
 
 class RapOptions(_Model):
-    """RAP++ knobs (rap_pp.md §4); unset ones take the backend's defaults."""
+    """Every RAP++ knob (rap_pp.md §4), with its default; the one options model of the rap
+    backend (``dpql.synth.rap``), so each option error has a position in the spec."""
 
-    rounds: Annotated[int, Field(gt=0, le=1_000)] | None = None
-    queries_per_round: Annotated[int, Field(gt=0, le=100_000)] | None = None
-    relaxed_rows: Annotated[int, Field(gt=0, le=10**9)] | None = None
-    iterations: Annotated[int, Field(gt=0, le=10**6)] | None = None
-    warm_iterations: Annotated[int, Field(gt=0, le=10**6)] | None = None
-    learning_rate: Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)] | None = None
+    rounds: Annotated[int, Field(gt=0, le=1_000)] = 8
+    queries_per_round: Annotated[int, Field(gt=0, le=100_000)] = 4
+    threshold_rounds: Annotated[int, Field(ge=0, le=1_000)] = 3
+    thresholds_per_round: Annotated[int, Field(gt=0, le=100_000)] = 20
+    relaxed_rows: Annotated[int, Field(gt=0, le=10**9)] = 1000
+    iterations: Annotated[int, Field(gt=0, le=10**6)] = 400
+    warm_iterations: Annotated[int, Field(gt=0, le=10**6)] = 200
+    learning_rate: Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)] = 0.05
+    sigma_start: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 8.0
+    sigma_max: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 512.0
+    init_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.2
+    threshold_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.25
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RapOptions:
+        if self.init_share + self.threshold_share >= 1:
+            raise ValueError("init_share + threshold_share must leave budget for marginal rounds")
+        if self.sigma_start > self.sigma_max:
+            raise ValueError("need sigma_start <= sigma_max")
+        return self
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> RapOptions:
+        """Build from a mapping (tests, benchmarks); raises ``ValueError`` on a bad option."""
+        return cls.model_validate(dict(options), strict=False)
 
 
 class RapSynthesizer(_Model):
@@ -178,12 +199,48 @@ class RapSynthesizer(_Model):
     options: RapOptions = RapOptions()
 
 
+PositiveInt = Annotated[int, Field(gt=0, le=10**9)]
+PositiveFloat = Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)]
+LayerWidths = Annotated[tuple[PositiveInt, ...], Field(min_length=1, strict=False)]
+NoisePair = Annotated[tuple[PositiveFloat, PositiveFloat], Field(strict=False)]
+
+
+class GanOptions(_Model):
+    """Every DP-auto-GAN knob (architecture, optimisation, DP-SGD), with the paper's Adult
+    setting as defaults (digest ``dp_auto_gan.md`` §4.4): the one options model of the gan
+    backend (``dpql.synth.gan``). ``noise_multipliers = [psi_autoencoder, psi_critic]`` fixes
+    the noise as in the paper's reproduction runs; unset, the planner calibrates both to the
+    budget. ``seed`` seeds parameter initialisation only, never DP noise or sampling."""
+
+    ae_latent_dim: PositiveInt = 15
+    ae_hidden: PositiveInt | None = None
+    ae_batch_size: PositiveInt = 64
+    ae_steps: PositiveInt = 10_000
+    ae_learning_rate: PositiveFloat = 0.005
+    ae_clip_norm: PositiveFloat = 0.012
+    critic_hidden: LayerWidths | None = None
+    critic_batch_size: PositiveInt = 128
+    critic_steps: PositiveInt = 15_000
+    critic_learning_rate: PositiveFloat = 0.005
+    critic_clip_norm: PositiveFloat = 0.022
+    critic_weight_clip: PositiveFloat = 0.01
+    critic_steps_per_generator_step: PositiveInt = 15
+    generator_noise_dim: PositiveInt = 64
+    generator_learning_rate: PositiveFloat = 0.005
+    generator_layer_norm: bool = True
+    noise_multipliers: NoisePair | None = None
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None = None) -> GanOptions:
+        """Build from a mapping (tests, benchmarks); raises ``ValueError`` on a bad option."""
+        return cls.model_validate(dict(options or {}), strict=False)
+
+
 class GanSynthesizer(_Model):
     method: Literal["gan"]
     rows: Rows = Field(description="Rows of the synthetic table.")
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="DP-auto-GAN knobs, validated by the gan backend."
-    )
+    options: GanOptions = GanOptions()
 
 
 Neighbouring = Literal["replace_one", "add_remove"]

@@ -9,14 +9,13 @@ fails when the committed files are out of date.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from dpql.io import atomic_path
 from dpql.provenance import record_schema
 from dpql.spec.models import Policy, ReleaseSpec
 
@@ -48,10 +47,8 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
     written = []
     for name, source in SCHEMAS.items():
         target = folder / name
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(schema_text(source))
-        os.replace(tmp, target)
+        with atomic_path(target, 0o644) as tmp:
+            tmp.write_text(schema_text(source), encoding="utf-8")
         written.append(target)
     return written
 

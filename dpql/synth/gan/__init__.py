@@ -18,7 +18,22 @@ the ledger as ``dpsgd`` events and composed by :mod:`dpql.privacy.accountant` un
 replace-one relation (see that module for the add/remove -> replace-one bound).
 """
 
+from typing import Any
+
 from dpql.synth.gan.options import GanOptions
-from dpql.synth.gan.train import GanModel, GanPlan, plan_gan, sample, train_gan
+from dpql.synth.gan.plan import GanPlan, plan_gan
 
 __all__ = ["GanModel", "GanOptions", "GanPlan", "plan_gan", "sample", "train_gan"]
+
+
+def __getattr__(name: str) -> Any:
+    # the training program imports JAX: load it only when asked, so planning stays JAX-free
+    if name in ("GanModel", "sample", "train_gan"):
+        from dpql.synth.gan import train
+
+        return getattr(train, name)
+    if name in ("dpsgd", "encoding", "nets", "train"):
+        import importlib
+
+        return importlib.import_module(f"dpql.synth.gan.{name}")
+    raise AttributeError(name)

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -49,31 +48,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from dpql.synth.gan.plan import DpSgdPhase
+
 Params = Any  # a pytree of arrays
 PerExampleLoss = Callable[[Params, jax.Array, Any], jax.Array]
 ExtrasFn = Callable[[jax.Array, int], Any]
 GAP_SIGMAS = 6.0  # gaps drawn at once per step: expected batch + this many standard deviations
-
-
-@dataclass(frozen=True)
-class DpSgdPhase:
-    """Public parameters of one DP-SGD training phase (fixed by the plan, before data is read).
-
-    ``expected_batch = sampling_rate * n_public``; the privacy cost is that of ``steps``
-    compositions of the Poisson-subsampled Gaussian mechanism with (q, noise_multiplier).
-    """
-
-    sampling_rate: float
-    clip_norm: float
-    noise_multiplier: float
-    steps: int
-    expected_batch: float
-
-    @property
-    def chunk_size(self) -> int:
-        """Rows per padded chunk: expected batch + 3 standard deviations (overflow is rare)."""
-        b = self.expected_batch
-        return max(1, math.ceil(b + 3.0 * math.sqrt(b * (1.0 - self.sampling_rate))))
 
 
 def poisson_mask(key: jax.Array, rows: int, sampling_rate: float) -> jax.Array:

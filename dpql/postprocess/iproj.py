@@ -99,7 +99,7 @@ def measure(
     measure (sigma = Delta_2 / sqrt(2 rho), the paper). A query answered by several releases
     gets their inverse-variance average (post-processing). Each release is one ledger event.
     ``scales`` (one array per release, aligned with its cells; public, > 0, from
-    ``requirements.allocation_scales``) spread a release's noise unevenly: release ``g``
+    ``allocation.allocation_scales``) spread a release's noise unevenly: release ``g``
     answers ``c_k q_k`` with sigma_g for L2 sensitivity ``sqrt(sum_k c_k^2 Delta_k^2)``, so
     measure ``k`` gets sd ``sigma_g / c_k`` from it.
     """
@@ -430,7 +430,7 @@ class IProjResult:
         (the measures on the table before / after), ``lambda`` (the dual, paper eq. 4-5).
         ``measures`` describes each query (numeric columns ``u(x)`` on their [0, 1] scale).
         """
-        from dpql.evaluate.workload import describe_query
+        from dpql.plan.describe import describe_query
 
         def vec(x: np.ndarray) -> list[float | None]:
             return [float(v) if math.isfinite(v) else None for v in x]  # JSON has no NaN

@@ -48,14 +48,14 @@ from threadpoolctl import threadpool_limits
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.plan.oracle import MeasurementOracle
-from dpql.synth.relaxed import TILE, Layout, RowModel, block_index, tile_starts, tiled_probs
-from dpql.synth.schedule import (
+from dpql.synth.rap.schedule import (
     Progress,
     RapOptions,
     RapSchedule,
     _split,
     release_sigma,
 )
+from dpql.synth.relaxed import TILE, Layout, RowModel, block_index, tile_starts, tiled_probs
 
 # ------------------------------------------------------------------------------------------
 # Measurements and the loss

@@ -1,71 +1,26 @@
 """RAP++ options and budget schedule: pure, data-independent, no JAX (``dpql plan`` uses it).
 
-See :mod:`dpql.synth.rap` for the program that runs a schedule.
+See :mod:`dpql.synth.rap.program` for the program that runs a schedule.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query, joint_l2_sensitivity
 from dpql.privacy.budget import split_rho
+from dpql.spec.models import RapOptions as _RapOptions
 
 Progress = Callable[[str, int, int], None]
 
 
-@dataclass(frozen=True)
-class RapOptions:
-    """Knobs of the RAP++ program; every one can be set under ``synthesizer.options``."""
-
-    rounds: int = 8
-    queries_per_round: int = 4
-    threshold_rounds: int = 3
-    thresholds_per_round: int = 20
-    relaxed_rows: int = 1000
-    iterations: int = 400
-    warm_iterations: int = 200
-    learning_rate: float = 0.05
-    sigma_start: float = 8.0
-    sigma_max: float = 512.0
-    init_share: float = 0.2
-    threshold_share: float = 0.25
-
-    @staticmethod
-    def from_mapping(options: Mapping[str, object]) -> RapOptions:
-        """Build from the spec's ``synthesizer.options``; unknown keys are errors."""
-        known = {f.name: f for f in fields(RapOptions)}
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(
-                f"unknown RAP option(s) {', '.join(unknown)}; known: {', '.join(known)}"
-            )
-        values: dict[str, object] = {}
-        for k, v in options.items():
-            kind = int if known[k].type in ("int", int) else float
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ValueError(f"RAP option '{k}' must be a number, got {v!r}")
-            if kind is int and v != int(v):
-                raise ValueError(f"RAP option '{k}' must be an integer, got {v!r}")
-            values[k] = kind(v)
-        opts = RapOptions(**values)  # type: ignore[arg-type]
-        opts.validate()
-        return opts
-
-    def validate(self) -> None:
-        positive = ("rounds", "queries_per_round", "relaxed_rows", "iterations", "warm_iterations")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"RAP option '{name}' must be at least 1")
-        if not 0 <= self.init_share < 1 or not 0 <= self.threshold_share < 1:
-            raise ValueError("RAP shares must lie in [0, 1)")
-        if self.init_share + self.threshold_share >= 1:
-            raise ValueError("init_share + threshold_share must leave budget for marginal rounds")
-        if not 0 < self.sigma_start <= self.sigma_max:
-            raise ValueError("need 0 < sigma_start <= sigma_max")
+# The options model is the spec's (one complete, frozen model per backend): see
+# :class:`dpql.spec.models.RapOptions`.
+RapOptions = _RapOptions
 
 
 # ------------------------------------------------------------------------------------------

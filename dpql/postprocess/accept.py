@@ -41,23 +41,30 @@ a bound, it is reported as a *bound* (``excess_risk_bound``), with its assumptio
 ``vacuous`` flag: such end-to-end bounds are usually vacuous at realistic n, and they bound
 excess empirical *loss* of an exact ERM, not the accuracy of the sklearn fit.
 
-Plan time (no data; :func:`plan_diagnostics`): ``E505`` a metric that cannot be DP-tested;
-``W506`` a tolerance the planned budget cannot decide (``2 sd > t``) or a bound no table can meet;
-``W507`` requirements without post-processing measurements (never tested).
+The plan-time side (metrics, predicted sds, diagnostics) is :mod:`dpql.plan.acceptance`.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
-from dpql.domain import Domain, EncodedTable, NumericColumn
+from dpql.diagnostics import DiagnosticError
+from dpql.domain import Domain, EncodedTable
+from dpql.plan.acceptance import (
+    ACCEPT_METRICS,
+    PHASE,
+    Verdict,
+    Z,
+    label_span,
+    metric_value,
+    plan_diagnostics,
+    tested_metric,
+)
 from dpql.plan.exact import answer_all, design_matrix
 from dpql.plan.ir import (
     CentredProduct,
@@ -71,35 +78,16 @@ from dpql.plan.ir import (
 )
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import (
-    VARIANCE_RTOL,
-    allocation_scales,
     delta_method_sd,
-    predicted_error,
-    product_query,
     requirement_queries,
     requirement_value,
     value_sd,
 )
+from dpql.postprocess.risk import RiskBound, excess_risk_bound
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:  # jax stays out of plan-time imports
-    from dpql.synth.iproj import IProjResult
-
-PHASE = "accept"
-Z = 2.0
-ACCEPT_METRICS: dict[str, tuple[str, ...]] = {
-    "logistic": ("accuracy", "f1"),
-    "linear": ("rmse", "r2"),
-}
-WITHIN_METRIC: dict[str, str] = {"logistic": "accuracy", "linear": "r2"}
-UNTESTABLE: dict[str, str] = {
-    "auc": "AUC is a pairwise statistic over (positive, negative) rows, not an average of a "
-    "per-row function: one row moves it by up to 1/(n min(P(y=1), P(y=0))), which depends on "
-    "the private class balance, so no public sensitivity calibrates its noise",
-}
-
-Verdict = Literal["pass", "fail", "inconclusive"]
-
+    from dpql.postprocess.iproj import IProjResult
 
 def _num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None  # JSON has no NaN / inf
@@ -125,181 +113,6 @@ def bound_verdict(lo: float, hi: float, op: str, bound: float) -> Verdict:
         return "inconclusive"
     ops = {">=": np.greater_equal, ">": np.greater, "<=": np.less_equal, "<": np.less}
     return _interval_verdict(lo, hi, lambda v: ops[op](v, bound))
-
-
-def tolerance_text(t: Tolerance) -> str:
-    """The tolerance as written in the DSL (``within 0.02``, ``accuracy >= 0.8``)."""
-    if t.within is not None:
-        return f"within {t.within:g}"
-    return f"{t.metric} {t.op} {t.bound:g}" if t.bound is not None else "-"
-
-
-# ---------------------------------------------------------------------------------------------
-# Plan time (public spec only)
-
-
-def tested_metric(req: ModelRequirement) -> str:
-    """The metric a model requirement's test measures (``within``: accuracy / R^2)."""
-    return req.tolerance.metric or WITHIN_METRIC[req.model]
-
-
-def acceptance_queries(req: Requirement) -> int:
-    """Scalar queries a requirement adds to the ``accept`` release (0 for moment requirements;
-    f1 needs two; R^2's label moments come from the I-projection measurements)."""
-    if not isinstance(req, ModelRequirement):
-        return 0
-    return 2 if tested_metric(req) == "f1" else 1
-
-
-# Uniform-prior planning values of each metric's parts (labels uniform, a model no better than
-# chance): accuracy 1/2, TP 1/4; u_y ~ U[0, 1] predicted by 1/2: mse = Var = 1/12, E u = 1/2,
-# E(u - 1/2)^2 = 1/12 (R^2 = 0).
-_PRIOR_PARTS: dict[str, tuple[float, ...]] = {
-    "accuracy": (0.5,),
-    "f1": (0.5, 0.25),
-    "rmse": (1 / 12,),
-    "r2": (1 / 12, 0.5, 1 / 12),
-}
-
-
-def metric_value(metric: str, parts: Sequence[float], span: float = 1.0) -> float:
-    """A test metric from the answers of its parts (table in the module docstring); NaN where
-    undefined (no positive row and no positive prediction; a constant label)."""
-    if metric == "accuracy":
-        return float(parts[0])
-    if metric == "rmse":
-        return span * math.sqrt(min(max(float(parts[0]), 0.0), 1.0))
-    if metric == "f1":
-        acc, tp = parts
-        d = 1.0 + 2.0 * tp - acc
-        return float(2.0 * tp / d) if d > 0 else math.nan
-    if metric == "r2":
-        mse, mean, centred_square = parts  # E(u - 1/2)^2 - (E u - 1/2)^2 = Var u
-        var = centred_square - (mean - 0.5) ** 2
-        # below VARIANCE_RTOL of E(u - 1/2)^2 the "variance" of a constant label is rounding
-        return float(1.0 - mse / var) if var > VARIANCE_RTOL * abs(centred_square) else math.nan
-    raise ValueError(f"no DP test for metric {metric!r}")
-
-
-def _label_span(req: ModelRequirement, domain: Domain) -> float:
-    col = domain[req.label]
-    return col.span if isinstance(col, NumericColumn) else 1.0
-
-
-def predicted_sd(
-    req: Requirement, sigma_measure: float, sigma_test: float, domain: Domain
-) -> float:
-    """Predicted sd of the DP value a requirement is judged on (its tolerance's units).
-
-    Moment requirements: :func:`dpql.plan.requirements.predicted_error` at the I-projection's
-    per-measure ``sigma_measure``. Model requirements: the test metric's sd by the delta method
-    at the uniform-prior parts (:data:`_PRIOR_PARTS`), measured parts at ``sigma_test`` (the
-    ``accept`` release), reused label moments at ``sigma_measure``. Accuracy: ``sigma_test``.
-    NaN for a metric with no DP test.
-    """
-    if not isinstance(req, ModelRequirement):
-        return predicted_error(req, sigma_measure, domain)
-    metric = tested_metric(req)
-    if metric not in ACCEPT_METRICS[req.model]:
-        return math.nan
-    parts = _PRIOR_PARTS[metric]
-    sigmas = [sigma_test] * acceptance_queries(req)
-    sigmas += [sigma_measure] * (len(parts) - len(sigmas))
-    span = _label_span(req, domain)
-    return delta_method_sd(lambda p: metric_value(metric, p, span), parts, sigmas)
-
-
-_RANGES: dict[str, tuple[float, float]] = {
-    "accuracy": (0.0, 1.0),
-    "f1": (0.0, 1.0),
-    "r2": (-math.inf, 1.0),
-    "rmse": (0.0, math.inf),
-}
-
-
-def bound_can_hold(req: Requirement, domain: Domain) -> bool:
-    """False when ``metric OP b`` holds on no table (``accuracy > 1``, ``rmse < 0``, ...)."""
-    t = req.tolerance
-    if not isinstance(req, ModelRequirement) or t.bound is None or t.metric not in _RANGES:
-        return True
-    lo, hi = _RANGES[t.metric]
-    if t.metric == "rmse":
-        hi = _label_span(req, domain)
-    b = t.bound
-    return {">=": b <= hi, ">": b < hi, "<=": b >= lo, "<": b > lo}.get(t.op or "", True)
-
-
-def plan_diagnostics(
-    req: Requirement,
-    *,
-    predicted: float | None = None,
-    smallest_epsilon: float | None = None,
-    measured: bool = True,
-    bound_ok: bool = True,
-    pos: SourcePos | None = None,
-) -> list[Diagnostic]:
-    """Plan-time check of one requirement (no data): can its tolerance be DP-tested here?
-
-    ``E505``: a metric with no bounded-sensitivity test (:data:`UNTESTABLE`). ``W506``: at the
-    planned budget the test's ``Z sd`` exceeds a ``within`` tolerance (the verdict will most
-    likely be inconclusive), or the bound holds on no table (``bound_ok`` False). ``W507``: the
-    release has no post-processing measurements, so the requirement is never tested.
-    """
-    t = req.tolerance
-    name = f"requirement '{req.text}'" if req.text else "the requirement"
-    if isinstance(req, ModelRequirement) and t.metric is not None:
-        if t.metric not in ACCEPT_METRICS[req.model]:
-            why = UNTESTABLE.get(t.metric, "it is not an average of a per-row function")
-            ok = ", ".join(ACCEPT_METRICS[req.model])
-            return [
-                Diagnostic(
-                    "E505",
-                    f"{name}: '{t.metric}' of a {req.model} model cannot be DP-tested: {why}",
-                    pos,
-                    f"use 'within t' or a bound on: {ok}",
-                )
-            ]
-    if not measured:
-        return [
-            Diagnostic(
-                "W507",
-                f"{name} is not tested: the release has no post-processing measurements",
-                pos,
-                "add `postprocess: {method: iproj, share: 0.2}` to measure and test requirements",
-                "warning",
-            )
-        ]
-    if not bound_ok:
-        return [
-            Diagnostic(
-                "W506",
-                f"{name}: '{tolerance_text(t)}' holds on no table, so the test always fails",
-                pos,
-                "check the bound's direction and value",
-                "warning",
-            )
-        ]
-    if t.within is not None and predicted is not None and not Z * predicted <= t.within:
-        if smallest_epsilon is not None and math.isfinite(smallest_epsilon):
-            hint = f"raise privacy.epsilon to at least {smallest_epsilon:.3g}"
-        else:
-            hint = "no budget up to epsilon 1000 reaches it"
-        spread = f"{Z * predicted:.2g}" if math.isfinite(predicted) else "unbounded"
-        return [
-            Diagnostic(
-                "W506",
-                f"{name}: the DP measurement's {Z:g} sd ({spread}) exceeds the tolerance "
-                f"{t.within:g}, so its verdict will likely be inconclusive",
-                pos,
-                f"{hint} (or postprocess.share), or loosen the tolerance to {spread}",
-                "warning",
-            )
-        ]
-    return []
-
-
-# ---------------------------------------------------------------------------------------------
-# Model requirements
 
 
 def fit_model(req: ModelRequirement, table: EncodedTable, *, seed: int = 0) -> ModelAccuracy:
@@ -389,7 +202,7 @@ class ModelTest:
     def synthetic_value(self, table: EncodedTable) -> float:
         """The metric on a synthetic table (exact; public)."""
         answers = [float(np.ravel(a)[0]) for a in answer_all(list(self.parts), table)]
-        return metric_value(self.metric, answers, _label_span(self.req, table.domain))
+        return metric_value(self.metric, answers, label_span(self.req, table.domain))
 
 
 def build_test(
@@ -420,22 +233,6 @@ def build_test(
 
 
 @dataclass(frozen=True)
-class RiskBound:
-    """A certified upper bound on excess empirical loss (NOT accuracy), excess_risk.md
-    sec. 11.2-11.3; ``vacuous`` when it is no better than the trivial bound."""
-
-    value: float
-    a: float
-    rho: float
-    vacuous: bool
-    assumptions: str
-    source: str = "Zhou et al. 2024, excess_risk.md sec. 11.2-11.3"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "upper bound", **asdict(self)}
-
-
-@dataclass(frozen=True)
 class ModelAcceptance:
     """A model requirement's DP test. ``real_noisy`` +- ``sigma``: the metric of the model
     fitted on the released table, measured on the real one; ``synthetic_before`` /
@@ -463,106 +260,6 @@ class ModelAcceptance:
             self.excess_risk_bound.to_json() if self.excess_risk_bound is not None else None
         )
         return out
-
-
-def _margin(q: ModelAccuracy, domain: Domain, cls: int) -> tuple[np.ndarray, float, float]:
-    """Coefficients in moment coordinates (reference levels folded into the intercept,
-    requirements.py) and ``a = max |theta.z + b|`` over the whole domain."""
-    coef = np.asarray(q.coef[cls]) - (np.asarray(q.coef[0]) if q.model == "logistic" else 0.0)
-    b = q.intercept[cls] - (q.intercept[0] if q.model == "logistic" else 0.0)
-    theta, hi, lo, pos = [], b, b, 0
-    for f in q.features:
-        col = domain[f]
-        k = 1 if isinstance(col, NumericColumn) else col.card
-        c = coef[pos : pos + k]
-        pos += k
-        if k == 1:
-            theta.append(c[0])
-            hi, lo = hi + max(c[0], 0.0), lo + min(c[0], 0.0)
-        else:
-            b += c[0]
-            theta.extend(c[1:] - c[0])
-            hi, lo = hi + c.max(), lo + c.min()
-    return np.asarray(theta), b, max(abs(hi), abs(lo))
-
-
-def _even_quadratic(a: float) -> tuple[float, float]:
-    """Minimax ``q0 + q2 z^2`` for h(z) = log(2 cosh(z/2)) on [-a, a]: (q2, sup error).
-
-    In t = z^2, g(t) = h(sqrt t) is concave, so the best line has the chord's slope and half the
-    chord gap at the tangent point (Chebyshev equioscillation)."""
-    if a <= 0:
-        return 0.125, 0.0
-
-    def g(t: float) -> float:  # log(2 cosh(x)) = x + log1p(exp(-2x)), x >= 0: no overflow
-        x = math.sqrt(t) / 2
-        return x + math.log1p(math.exp(-2 * x))
-
-    q2 = (g(a * a) - g(0.0)) / (a * a)
-    lo, hi = 0.0, a * a  # g'(t) = tanh(sqrt t / 2) / (4 sqrt t), decreasing
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        slope = math.tanh(math.sqrt(mid) / 2) / (4 * math.sqrt(mid)) if mid > 0 else 0.125
-        lo, hi = (mid, hi) if slope > q2 else (lo, mid)
-    return q2, (g(lo) - g(0.0) - q2 * lo) / 2
-
-
-def excess_risk_bound(
-    req: ModelRequirement, q: ModelAccuracy, evidence: IProjResult, beta: float = 0.05
-) -> RiskBound | None:
-    """Certified bound from the requirement's measured moments (excess_risk.md sec. 11.2-11.3).
-
-    rho = max over the requirement's raw moments ``E f``, ``E fg`` of the deviation
-    |noisy - synthetic| + sigma sqrt(2 ln(2K/beta)) (a public fit gap plus a Gaussian tail
-    bound, union over the K released measures). The second moments are measured centred
-    (``dpql.plan.requirements``); since ``E fg = E f'g' + (E f + E g)/2 - 1/4``, the raw
-    deviation is at most the centred one plus half the two first moments'. With
-    ``A = ||(theta, b)||_1`` in moment coordinates and ``a`` the largest |margin| on the domain:
-
-    * linear (squared loss, quadratic in the moments, exact): ``2 rho (1 + A)^2``;
-    * binary logistic: ``-y s / 2 + h(s)`` with h even; h ~ q0 + q2 s^2 on [-a, a] within eps_h:
-      ``3 rho A + 4 eps_h + 2 q2 rho A^2`` (y = 2 1{y = 2nd value} - 1 makes |dE[y z]| <= 3 rho).
-
-    Holds w.p. 1 - beta for exact ERM over models with these A and a; reported as a bound only.
-    None for multi-class labels or when a moment of the requirement was not measured.
-    """
-    domain = evidence.table.domain
-    if req.model == "logistic" and domain.card(req.label) != 2:
-        return None
-    pos = {qq: i for i, qq in enumerate(evidence.queries)}
-    idx = [pos.get(qq) for qq in requirement_queries(req, domain)]
-    if any(i is None or evidence.noisy.shape[0] != len(evidence.queries) for i in idx):
-        return None
-    k = len(evidence.queries)
-    tail = evidence.sigma * math.sqrt(2 * math.log(2 * k / beta))  # per measure
-    dev = np.abs(evidence.noisy - evidence.after) + tail
-
-    def raw_deviation(qq: Query) -> float:
-        if not isinstance(qq, CentredProduct):
-            return float(dev[pos[qq]])
-        firsts = (pos[product_query([f])] for f in (qq.left, qq.right))
-        return float(dev[pos[qq]] + 0.5 * sum(dev[i] for i in firsts))
-
-    rho = max(raw_deviation(qq) for qq in requirement_queries(req, domain))
-    theta, b, a = _margin(q, domain, 1 if req.model == "logistic" else 0)
-    big_a = float(np.abs(theta).sum() + abs(b))
-    if req.model == "linear":
-        value, trivial = 2 * rho * (1 + big_a) ** 2, (1 + big_a) ** 2
-    else:
-        q2, eps_h = _even_quadratic(a)
-        value, trivial = 3 * rho * big_a + 4 * eps_h + 2 * q2 * rho * big_a**2, a
-    return RiskBound(
-        value=value,
-        a=a,
-        rho=rho,
-        vacuous=bool(value >= trivial),
-        assumptions=(
-            f"upper bound on the excess empirical "
-            f"{'logistic' if req.model == 'logistic' else 'squared'} loss on the real table of "
-            f"an exact ERM over models with ||(theta,b)||_1 <= {big_a:.3g} (margin <= {a:.3g}); "
-            f"probability {1 - beta:g}; not the accuracy of the sklearn fit"
-        ),
-    )
 
 
 def accept_models(
@@ -650,7 +347,7 @@ def _metric_interval(
 ) -> tuple[float, float, float, float]:
     """(point, sd, lo, hi) of the test metric from its noisy parts: exact for accuracy and rmse
     (increasing in their one part), delta method for f1 and R^2."""
-    span = _label_span(t.req, domain)
+    span = label_span(t.req, domain)
 
     def value(p: Sequence[float]) -> float:
         return metric_value(t.metric, p, span)
@@ -831,85 +528,3 @@ def acceptance_report(
         else:
             out.append(_unmeasured(r, "no post-processing measurements"))
     return out
-
-
-@dataclass(frozen=True, eq=False)
-class PostprocessOutcome:
-    """The post-processed table, the I-projection summary and the acceptance results."""
-
-    table: EncodedTable
-    iproj: IProjResult
-    acceptance: tuple[ModelAcceptance | MomentAcceptance, ...]
-
-    def requirements_json(self) -> list[dict[str, Any]]:
-        return [a.to_json() for a in self.acceptance]
-
-    def summary_json(self) -> dict[str, Any]:
-        """The provenance record's ``postprocess`` section (DP outputs and public values)."""
-        return {"method": "iproj", **self.iproj.to_json()}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"iproj": self.iproj.to_json(), "requirements": self.requirements_json()}
-
-
-def run_postprocess(
-    plan: Any,
-    oracle: MeasurementOracle,
-    table: EncodedTable,
-    seed: int,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> PostprocessOutcome:
-    """The compile step after synthesis: measure the plan's requirement measures (phase
-    ``iproj.measure``, noise spread over them by ``requirements.allocation_scales`` at the
-    input table's moments), I-project, resample (the external synthesizer's ``rows`` when set, else
-    as many rows as the input), then the acceptance tests (phase ``accept``, budget
-    ``plan.phase_rho["accept.test"]``). ``plan`` is a :class:`dpql.plan.planner.ReleasePlan`."""
-    from dpql.synth.iproj import features, iproject, measure
-
-    def tick(i: int) -> None:
-        if progress is not None:
-            progress("postprocess", i, 3)
-
-    tick(0)
-    measures = plan.measures
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
-        synthetic = np.nanmean(features(measures.queries, table), axis=0)
-    # The synthetic table is public (the generator's DP output, or the external table with its
-    # declared budget), so the noise may be spread by its moments.
-    scales = allocation_scales(
-        measures, plan.requirements, measures.answer_map(synthetic), table.domain
-    )
-    measurement = measure(
-        measures.queries,
-        oracle,
-        plan.phase_rho["iproj.measure"],
-        label="requirements",
-        releases=measures.releases,
-        scales=scales,
-    )
-    tick(1)
-    spec = getattr(plan, "spec", None)
-    rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
-    result = iproject(table, measurement, seed=seed, rows=rows)
-    tick(2)
-    acceptance = acceptance_report(
-        plan.requirements, result.table, oracle, plan.phase_rho.get("accept.test", 0.0), result,
-        before=table, seed=seed,
-    )  # fmt: skip
-    tick(3)
-    return PostprocessOutcome(result.table, result, tuple(acceptance))
-
-
-def postprocess_and_accept(
-    plan: Any,
-    oracle: MeasurementOracle,
-    table: EncodedTable,
-    seed: int,
-    progress: Callable[[str, int, int], None] | None = None,
-) -> tuple[EncodedTable, list[dict[str, Any]]]:
-    """:func:`run_postprocess` as (table, requirement JSON list). The I-projection summary
-    (lambda, projection distance, KKT violation, sampling seed) is in ``run_postprocess(...)
-    .summary_json()``, which ``dpql compile`` writes to the record's ``postprocess`` section."""
-    out = run_postprocess(plan, oracle, table, seed, progress)
-    return out.table, out.requirements_json()

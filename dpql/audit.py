@@ -1,0 +1,461 @@
+"""`dpql verify`: a provenance record checked against itself, its spec's plan and its signature.
+
+:func:`verify_release` runs, in order:
+
+1. reading (``V000``): a bounded, UTF-8, JSON file (:func:`dpql.provenance.read_record_bytes`);
+2. the record on its own (:func:`dpql.provenance.verify_record`): every number's range
+   (``V004``), the schema, the accounting recomputed from the events, the spec and table hashes;
+3. the re-plan (:func:`replan_problems`): planning reads no data and is deterministic, so the
+   normalised spec the record embeds is loaded again (:func:`dpql.spec.load.load_normalised_spec`)
+   and planned (:func:`dpql.plan.planner.build_plan`). The record's budget must be the plan's
+   (``V015``), its ``plan_sha256`` the re-plan's (``V022``, :func:`dpql.provenance.plan_sha256`),
+   and its events exactly the ones the plan's budget table schedules, in order (``V016`` an
+   event that differs or is not in the plan, ``V017`` a planned event missing). A record whose
+   events were deleted and whose ``spent`` was recomputed to match fails here;
+4. the signature (:mod:`dpql.signing`): with ``key``, a valid Ed25519 signature by that key over
+   the record's content (``V040``-``V043``) and a file byte for byte as dpql wrote it
+   (``V044``); without, a note says whether the record is signed.
+
+What the plan fixes, per budget-table line (:class:`dpql.privacy.budget.BudgetLine`), and what an
+event must match (relative tolerance :data:`REL_TOL`):
+
+* Gaussian and Gumbel lines: one event per release with the line's mechanism, phase and rho.
+  Outside adaptive phases also its noise scale and hence its L2 sensitivity. In an adaptive
+  phase (one with a Gumbel selection, such as a RAP++ round) which queries are measured is a DP
+  output, so the Gaussian's sensitivity and count are not fixed, only its rho; the Gumbel
+  selects at most the planned number of queries, so its scale is at most the plan's.
+* DP-SGD lines: the noise multiplier and the number of steps, and where the backend's plan
+  lists its events (``plan.synth.config.events()``), the sampling rate and clip norm.
+* The external line: the charged (epsilon, delta) of the plan's budget, and the declared
+  budget and neighbouring relation of the spec.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpql import __version__
+from dpql.diagnostics import DiagnosticError
+from dpql.privacy.budget import BudgetLine
+from dpql.privacy.ledger import ZCDP_MECHANISMS, PrivacyEvent
+from dpql.provenance import (
+    RecordUnreadable,
+    VerifyProblem,
+    dependency_versions,
+    parse_record,
+    plan_sha256,
+    read_record_bytes,
+    sha256_json,
+    verify_record,
+)
+
+#: Relative tolerance when an event's numbers are compared with the plan's.
+REL_TOL = 1e-9
+#: Most problems of one code listed; the rest are counted.
+MAX_LISTED = 10
+#: Problems after which the record is not re-planned (its structure or numbers are unusable).
+_STRUCTURAL = frozenset({"V001", "V002", "V003", "V004"})
+
+
+@dataclass
+class Verification:
+    """What ``dpql verify`` found: ``problems`` (the record does not verify unless empty),
+    ``notes`` (said, but not failures: an unsigned record without ``--key``), the parsed
+    ``record`` (None when unreadable) and the signing key's fingerprint when checked."""
+
+    record: Any = None
+    problems: list[VerifyProblem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    signed_by: str | None = None
+    replanned: bool = False
+
+
+def verify_release(
+    record_path: Path, synthetic: Path | None = None, key: Path | None = None
+) -> Verification:
+    """Every check of the module docstring on the record at ``record_path``; never raises on
+    a bad record, table or key (each is a problem)."""
+    out = Verification()
+    try:
+        raw = read_record_bytes(record_path)
+        out.record = parse_record(raw, record_path)
+    except RecordUnreadable as exc:
+        out.problems.append(VerifyProblem("V000", f"cannot read the record: {exc}"))
+        return out
+    record = out.record
+    out.problems += verify_record(record, synthetic)
+    if isinstance(record, Mapping) and not any(p.code in _STRUCTURAL for p in out.problems):
+        out.problems += replan_problems(record, _spec_name(record_path))
+        out.replanned = True
+    if key is not None:
+        out.problems += _signature_problems(record, raw, key, out)
+    elif isinstance(record, Mapping) and not any(p.code in _STRUCTURAL for p in out.problems):
+        section = record.get("signature")
+        out.notes.append(
+            "unsigned record: nothing shows it is the one the curator issued (compile with "
+            "--sign-key, verify with --key)"
+            if section is None
+            else "signed, but the signature was not checked: pass --key with the curator's "
+            "public key"
+        )
+    return out
+
+
+def _spec_name(record_path: Path) -> Path:
+    """What the embedded spec is called in diagnostics (never opened)."""
+    return record_path.with_name(record_path.name + "#spec")
+
+
+# ---------------------------------------------------------------------------------------------
+# Re-planning the embedded spec
+
+
+def replan_problems(record: Mapping[str, Any], name: Path) -> list[VerifyProblem]:
+    """``V021``: the embedded spec does not load or plan, or does not load back to itself;
+    ``V015``: the record's budget is not the plan's; ``V022``: ``plan_sha256`` is not the
+    re-plan's; ``V016`` / ``V017``: the events are not the plan's (module docstring). The
+    record must have passed :func:`dpql.provenance.verify_record`'s structural checks."""
+    from dpql.spec.load import load_normalised_spec, normalised_spec_json
+
+    try:
+        spec = load_normalised_spec(record["spec"], name)
+    except DiagnosticError as exc:
+        return [VerifyProblem("V021", f"the embedded spec does not load: {_summary(exc)}")]
+    reloaded = json.loads(normalised_spec_json(spec.model))
+    if sha256_json(reloaded) != sha256_json(record["spec"]):
+        return [
+            VerifyProblem(
+                "V021",
+                "the embedded spec is not in normalised form (it does not load back to itself), "
+                "so it cannot be re-planned",
+            )
+        ]
+    try:
+        plan = _build_plan(spec)
+    except DiagnosticError as exc:
+        return [VerifyProblem("V021", f"the embedded spec cannot be planned: {_summary(exc)}")]
+    except (ValueError, ArithmeticError) as exc:
+        return [VerifyProblem("V021", f"the embedded spec cannot be planned: {exc}")]
+    problems = _budget_problems(record["privacy"]["budget"], plan.budget)
+    digest = plan_sha256(plan.to_json())
+    if record.get("plan_sha256") != digest:
+        problems.append(
+            VerifyProblem(
+                "V022",
+                f"plan_sha256 is {record.get('plan_sha256')}, but the plan of the embedded spec "
+                f"hashes to {digest}{_version_note(record)}",
+            )
+        )
+    events = [PrivacyEvent.from_json(e) for e in record["privacy"]["events"]]
+    problems += event_problems(events, plan)
+    return problems
+
+
+def _build_plan(spec: Any) -> Any:
+    """The plan of ``spec``; a compile estimate over this machine's memory limit (``E160``)
+    does not stop verification, which needs no such memory."""
+    from dpql.plan.planner import build_plan
+
+    try:
+        return build_plan(spec)
+    except DiagnosticError as exc:
+        if not all(d.code == "E160" for d in exc.diagnostics if d.severity == "error"):
+            raise
+    with _memory_limit_lifted():
+        return build_plan(spec)
+
+
+@contextmanager
+def _memory_limit_lifted() -> Iterator[None]:
+    from dpql.plan.resources import MEMORY_LIMIT_ENV
+
+    old = os.environ.get(MEMORY_LIMIT_ENV)
+    os.environ[MEMORY_LIMIT_ENV] = str(2**62)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MEMORY_LIMIT_ENV, None)
+        else:
+            os.environ[MEMORY_LIMIT_ENV] = old
+
+
+def _summary(exc: DiagnosticError) -> str:
+    errors = [d for d in exc.diagnostics if d.severity == "error"] or list(exc.diagnostics)
+    text = "; ".join(f"{d.code} {d.message}" for d in errors[:3])
+    return text + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+
+
+def _version_note(record: Mapping[str, Any]) -> str:
+    if record.get("dpql_version") == __version__ and record.get("dependencies") == (
+        dependency_versions()
+    ):
+        return ""
+    return (
+        f" (the record was made with dpql {record.get('dpql_version')} and the dependency "
+        f"versions it lists; this is dpql {__version__}, and other versions may plan "
+        "differently)"
+    )
+
+
+def _budget_problems(budget: Mapping[str, Any], planned: Any) -> list[VerifyProblem]:
+    out = []
+    for key in ("epsilon", "delta", "rho"):
+        want = float(getattr(planned, key))
+        got = budget.get(key)
+        if not (isinstance(got, int | float) and _close(float(got), want)):
+            out.append(
+                VerifyProblem(
+                    "V015",
+                    f"privacy.budget.{key} is {got!r}, but the embedded spec's budget gives "
+                    f"{want!r}",
+                )
+            )
+    return out
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Events against the budget table
+
+
+@dataclass(frozen=True)
+class PlannedEvent:
+    """One ledger event the plan schedules: its budget-table ``line`` (number ``index``), the
+    phase its event records, whether its phase is adaptive (has a Gumbel selection), and for
+    DP-SGD the backend's planned event (sampling rate, clip norm) when it lists one."""
+
+    line: BudgetLine
+    index: int
+    phase: str
+    adaptive: bool
+    planned: PrivacyEvent | None = None
+
+    def describe(self) -> str:
+        rho = (
+            f", rho {self.line.rho_per_release:.6g}"
+            if self.line.rho_per_release is not None
+            else ""
+        )
+        return f"a {self.line.mechanism} event of phase {self.line.phase}{rho}"
+
+
+def event_phase(line: BudgetLine) -> str:
+    """The ``phase`` the event of a budget-table line records: RAP++ rounds (``rap.KIND[i]``)
+    select and measure through the oracle as ``rap.select`` / ``rap.measure``, the acceptance
+    tests' release (``accept.test``) is ``accept``, a GAN phase ``gan.P`` is ``P``."""
+    phase = line.phase
+    if phase.startswith("rap."):
+        return "rap.select" if line.mechanism == "gumbel_top_k" else "rap.measure"
+    if phase == "accept.test":
+        return "accept"
+    return phase.removeprefix("gan.")
+
+
+def planned_events(plan: Any) -> list[PlannedEvent]:
+    """The events ``plan`` schedules, in ledger order (one per zCDP release of each line, one
+    per DP-SGD phase, one for an external table). A zCDP line of rho 0 or infinite noise
+    spends nothing and schedules no event."""
+    lines: Sequence[BudgetLine] = plan.table.lines
+    selecting = {line.phase for line in lines if line.mechanism == "gumbel_top_k"}
+    listed = getattr(plan.synth.config, "events", None)
+    backend_events = list(listed()) if callable(listed) else []
+    out = []
+    for i, line in enumerate(lines):
+        adaptive = line.phase in selecting
+        if line.mechanism in ZCDP_MECHANISMS:
+            rho, scale = line.rho_per_release, line.noise_scale
+            if not (rho and rho > 0 and scale is not None and math.isfinite(scale)):
+                continue
+            out += [PlannedEvent(line, i, event_phase(line), adaptive)] * line.releases
+        else:
+            phase = event_phase(line)
+            match = next((e for e in backend_events if e.phase == phase), None)
+            out.append(PlannedEvent(line, i, phase, adaptive, match))
+    return out
+
+
+def event_differences(event: PrivacyEvent, expected: PlannedEvent, plan: Any) -> list[str]:
+    """How ``event`` differs from what the plan schedules (empty: it is the planned one)."""
+    line = expected.line
+    if event.mechanism != line.mechanism:
+        return [f"mechanism {event.mechanism}, the plan's {line.mechanism}"]
+    out = []
+    if event.phase != expected.phase:
+        out.append(f"phase {event.phase!r}, the plan's {expected.phase!r}")
+    if event.mechanism in ZCDP_MECHANISMS:
+        out += _zcdp_differences(event, expected)
+    elif event.mechanism == "dpsgd":
+        out += _dpsgd_differences(event, expected)
+    else:
+        out += _external_differences(event, plan)
+    return out
+
+
+def _differs(name: str, got: float | None, want: float | None) -> list[str]:
+    if got is None or want is None:
+        return [] if got is None and want is None else [f"{name} {got!r}, the plan's {want!r}"]
+    return [] if _close(float(got), float(want)) else [f"{name} {got:.10g}, the plan's {want:.10g}"]
+
+
+def _zcdp_differences(event: PrivacyEvent, expected: PlannedEvent) -> list[str]:
+    line = expected.line
+    assert line.rho_per_release is not None and line.noise_scale is not None
+    out = _differs("rho", event.rho, line.rho_per_release)
+    if event.mechanism == "gumbel_top_k":  # at most the planned k: a scale at most the plan's
+        scale = event.noise_scale or 0.0
+        if scale > line.noise_scale * (1 + REL_TOL):
+            out.append(
+                f"noise_scale {scale:.10g} above the plan's {line.noise_scale:.10g} (more "
+                "queries selected than planned)"
+            )
+    elif not expected.adaptive:
+        out += _differs("noise_scale", event.noise_scale, line.noise_scale)
+        l2 = line.noise_scale * math.sqrt(2 * line.rho_per_release)
+        out += _differs("l2_sensitivity", event.l2_sensitivity, l2)
+    return out
+
+
+def _dpsgd_differences(event: PrivacyEvent, expected: PlannedEvent) -> list[str]:
+    line = expected.line
+    out = []
+    if event.steps != line.releases:
+        out.append(f"steps {event.steps}, the plan's {line.releases}")
+    out += _differs("noise_multiplier", event.noise_multiplier, line.noise_scale)
+    planned = expected.planned
+    if planned is not None:
+        out += _differs("sampling_rate", event.sampling_rate, planned.sampling_rate)
+        out += _differs("l2_sensitivity (clip norm)", event.l2_sensitivity, planned.l2_sensitivity)
+    return out
+
+
+def _external_differences(event: PrivacyEvent, plan: Any) -> list[str]:
+    budget = plan.budget
+    out = _differs("epsilon", event.epsilon, budget.external_epsilon)
+    out += _differs("delta", event.delta, budget.external_delta)
+    declared = getattr(plan.spec.model.synthesizer, "budget", None)
+    if declared is not None:
+        out += _differs("declared_epsilon", event.declared_epsilon, declared.epsilon)
+        out += _differs("declared_delta", event.declared_delta, declared.delta)
+        if event.neighbouring != declared.neighbouring:
+            out.append(f"neighbouring {event.neighbouring}, the spec's {declared.neighbouring}")
+    return out
+
+
+def event_problems(events: Sequence[PrivacyEvent], plan: Any) -> list[VerifyProblem]:
+    """``V016`` for each event that differs from the planned one in its place or is not in the
+    plan, ``V017`` for each planned event the record lacks. Events are aligned with the plan in
+    order; an event that matches a later planned one means the planned ones between are
+    missing."""
+    expected = planned_events(plan)
+    differing: list[str] = []
+    missing: list[PlannedEvent] = []
+    extra: list[str] = []
+    i = j = 0
+    while i < len(events) and j < len(expected):
+        event = events[i]
+        diffs = event_differences(event, expected[j], plan)
+        if not diffs:
+            i, j = i + 1, j + 1
+            continue
+        later = next(
+            (
+                k
+                for k in range(j + 1, len(expected))
+                if not event_differences(event, expected[k], plan)
+            ),
+            None,
+        )
+        if later is not None:
+            missing += expected[j:later]
+            j = later
+            continue
+        differing.append(
+            f"event {i} ({_name(event)}) is not what the plan schedules there "
+            f"({expected[j].describe()}): {', '.join(diffs)}"
+        )
+        i, j = i + 1, j + 1
+    extra += [f"event {k} ({_name(events[k])}) is not in the plan" for k in range(i, len(events))]
+    missing += expected[j:]
+    out = _listed("V016", differing + extra)
+    if missing:
+        out.append(
+            VerifyProblem(
+                "V017",
+                f"the record has {len(events)} events where the plan of the embedded spec "
+                f"schedules {len(expected)}; missing: "
+                + "; ".join(m.describe() for m in missing[:MAX_LISTED])
+                + (f" (and {len(missing) - MAX_LISTED} more)" if len(missing) > MAX_LISTED else ""),
+            )
+        )
+    return out
+
+
+def _name(event: PrivacyEvent) -> str:
+    label = event.label if len(event.label) <= 60 else event.label[:57] + "..."
+    return f"{event.phase} {event.mechanism} {label!r}"
+
+
+def _listed(code: str, messages: list[str]) -> list[VerifyProblem]:
+    out = [VerifyProblem(code, m) for m in messages[:MAX_LISTED]]
+    if len(messages) > MAX_LISTED:
+        out.append(VerifyProblem(code, f"... and {len(messages) - MAX_LISTED} more such events"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The signature
+
+
+def record_layout(record: Any) -> bytes:
+    """The bytes dpql writes for a record (:func:`dpql.io.write_json`: indented JSON and a
+    newline), to which a signed record must be identical."""
+    return (json.dumps(record, indent=2) + "\n").encode("utf-8")
+
+
+def _signature_problems(
+    record: Any, raw: bytes, key: Path, out: Verification
+) -> list[VerifyProblem]:
+    """``V040`` unsigned, ``V041`` the signature does not match the content, ``V042`` signed by
+    another key, ``V043`` the public key file is unusable, ``V044`` the file is not byte for
+    byte what dpql wrote (whitespace or number formatting changed)."""
+    from dpql.signing import SigningError, fingerprint, load_public_key, verify_signature
+
+    try:
+        public = load_public_key(key)
+    except SigningError as exc:
+        return [VerifyProblem("V043", str(exc))]
+    if not isinstance(record, Mapping) or record.get("signature") is None:
+        return [VerifyProblem("V040", "the record is unsigned, and --key asks for a signature")]
+    section = record["signature"]
+    want = fingerprint(public)
+    if isinstance(section, Mapping) and section.get("public_key_sha256") not in (None, want):
+        return [VerifyProblem("V042", str(verify_signature(record, key)))]
+    why = verify_signature(record, key)
+    if why is not None:
+        return [VerifyProblem("V041", why)]
+    try:
+        layout = record_layout(record)
+    except (ValueError, RecursionError):
+        layout = b""
+    if raw != layout:
+        return [
+            VerifyProblem(
+                "V044",
+                "the signature matches the content, but the file's bytes are not the ones dpql "
+                "wrote (whitespace or number formatting was changed); publish the record as "
+                "written",
+            )
+        ]
+    out.signed_by = want
+    return []

@@ -1,0 +1,81 @@
+"""The one handle on the private table that the rest of a release gets (the privacy boundary).
+
+``open_private(source, ledger, noise)`` yields a :class:`PrivateTable`: its ``oracle`` answers
+queries only through mechanisms (:class:`~dpql.data.measure.PrivateMeasurer`), its ``rows()``
+gives DP-SGD its row access, and ``public_table`` reads a *public* table (an external synthetic
+one) with the same schema checks. Synthesizers and post-processing receive this handle; they
+never import :mod:`dpql.data`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpql.codec import MissingPolicy
+from dpql.data.engines import open_engine
+from dpql.data.load import load_table, rules_from_spec
+from dpql.data.measure import CuratorSummary, PrivateMeasurer
+from dpql.data.rows import open_private_rows
+from dpql.domain import Domain, EncodedTable
+from dpql.privacy.ledger import Ledger
+from dpql.privacy.noise import NoiseSource
+from dpql.spec.load import LoadedSpec
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where the private table is and how it is read: all public facts of the spec (the
+    ``missing``/``other`` rules are per-column, data-independent)."""
+
+    path: Path
+    domain: Domain
+    rows: int  # the public n
+    engine: str
+    fmt: str | None
+    missing: Mapping[str, MissingPolicy]
+    other: Mapping[str, str]
+
+    @classmethod
+    def from_spec(cls, spec: LoadedSpec) -> DataSource:
+        missing, other = rules_from_spec(spec.model)
+        data = spec.model.data
+        return cls(spec.data_path, spec.domain, spec.rows, data.engine, data.format, missing, other)
+
+    def _options(self) -> dict[str, Any]:
+        return {"fmt": self.fmt, "missing": self.missing, "other": self.other}
+
+
+class PrivateTable:
+    """The private table behind a measurement oracle, and DP-SGD's row access."""
+
+    def __init__(self, source: DataSource, ledger: Ledger, noise: NoiseSource):
+        self.source = source
+        engine = open_engine(source.path, source.domain, engine=source.engine, **source._options())
+        self.oracle = PrivateMeasurer(engine, source.rows, ledger, noise)
+
+    def rows(self) -> AbstractContextManager[Any]:
+        s = self.source
+        return open_private_rows(s.path, s.domain, engine=s.engine, **s._options())
+
+    def public_table(self, path: Path) -> EncodedTable:
+        return load_table(path, self.source.domain).table
+
+    def curator_summary(self) -> CuratorSummary:
+        """CURATOR-ONLY facts (true row count, clip counts): never part of a release."""
+        return self.oracle.curator_summary()
+
+    def close(self) -> None:
+        self.oracle.close()
+
+
+@contextmanager
+def open_private(source: DataSource, ledger: Ledger, noise: NoiseSource) -> Iterator[PrivateTable]:
+    table = PrivateTable(source, ledger, noise)
+    try:
+        yield table
+    finally:
+        table.close()

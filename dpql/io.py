@@ -1,0 +1,51 @@
+"""Atomic file writes, the one helper every output of dpql goes through.
+
+A file is written to a temp file beside its target and renamed over it only when complete, so a
+reader (or a crash) sees either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CURATOR_MODE = 0o600  # curator-only files: the owner alone may read them
+
+
+def public_mode() -> int:
+    """The mode of a file meant for publication: ``0666`` less the process umask (0644 under
+    the usual umask 022), what ``open()`` would give a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextmanager
+def atomic_path(target: Path, mode: int | None = None, *, fsync: bool = False) -> Iterator[Path]:
+    """Yield a temp path beside ``target``; rename it over ``target`` only on success, with
+    ``mode`` (default :func:`public_mode`). ``fsync`` flushes the file to disk before the
+    rename (for append-only records such as the lifetime ledger)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, public_mode() if mode is None else mode)
+        if fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(obj: Any, path: Path, mode: int | None = None) -> None:
+    """``obj`` as indented JSON, written atomically (mode as in :func:`atomic_path`)."""
+    with atomic_path(path, mode) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")

@@ -1,0 +1,142 @@
+"""The one interface every synthesizer backend implements, and the registry that finds them.
+
+A backend is a small bundle (in the way optax bundles ``init``/``update``) with two stages:
+
+* ``plan(ctx: PlanContext) -> SynthPlan``: JAX-free and data-free. From the spec, the resolved
+  workload and the rho its phase may spend, it fixes everything the run will do: its budget
+  table lines (the ledger events it will append), its resource cost, and a backend-specific
+  frozen ``config`` handed back to ``run``. ``dpql plan`` and ``dpql check`` stop here.
+* ``run(plan: SynthPlan, ctx: RunContext) -> SynthResult``: the program. It reaches private
+  data only through ``ctx.private`` (the measurement oracle, or DP-SGD's row access), draws
+  DP noise only from ``ctx.noise`` and appends every mechanism call to ``ctx.ledger``; its
+  imports (JAX) happen inside it.
+
+Backends register by name in :data:`BACKENDS` (module path and attribute), imported lazily on
+first use, so adding one is a module under ``dpql/synth/`` plus its options model in
+:mod:`dpql.spec.models`, and one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from dpql.domain import EncodedTable
+    from dpql.plan.ir import Query
+    from dpql.plan.oracle import MeasurementOracle
+    from dpql.privacy.budget import BudgetLine
+    from dpql.privacy.ledger import Ledger
+    from dpql.privacy.noise import NoiseSource
+    from dpql.spec.load import LoadedSpec
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What a backend's ``plan`` sees: public facts only (no data path is ever opened)."""
+
+    spec: LoadedSpec
+    queries: tuple[Query, ...]
+    epsilon: float  # the release's budget
+    delta: float
+    phase_rho: Mapping[str, float]  # rho per phase; the backend's is ``"synthesizer"``
+
+
+@dataclass(frozen=True)
+class SynthCost:
+    """A backend's share of compile's resource estimate (:mod:`dpql.plan.resources`)."""
+
+    parts: Mapping[str, float] = field(default_factory=dict)  # peak bytes per named part
+    seconds: float = 0.0
+    extra_queries: tuple[Query, ...] = ()  # queries answered besides the workload
+
+
+@dataclass(frozen=True)
+class SynthPlan:
+    """A backend's part of the release plan, fixed before any data is read."""
+
+    method: str
+    lines: tuple[BudgetLine, ...]  # its rows of the budget table
+    config: Any  # backend-specific, frozen; handed back to ``run``
+    cost: SynthCost = SynthCost()
+    options: Mapping[str, Any] = field(default_factory=dict)  # for the provenance record
+
+
+class PrivateData(Protocol):
+    """The private table as the data layer hands it out (:func:`dpql.data.open_private`)."""
+
+    @property
+    def oracle(self) -> MeasurementOracle: ...
+
+    def rows(self) -> AbstractContextManager[Any]:
+        """DP-SGD's row access (in memory, or an out-of-core row store)."""
+        ...
+
+    def public_table(self, path: Path) -> EncodedTable:
+        """A public table (e.g. an external synthetic one) checked against the schema."""
+        ...
+
+
+@dataclass(frozen=True, eq=False)
+class RunContext:
+    """What a backend's ``run`` gets: the plan's inputs, the private handle, noise and ledger.
+    ``seed`` fixes optimisation and sampling of synthetic rows, never DP noise."""
+
+    spec: LoadedSpec
+    queries: tuple[Query, ...]
+    private: PrivateData
+    noise: NoiseSource
+    ledger: Ledger
+    seed: int
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class SynthResult:
+    """The synthetic table and the record's ``synthesizer`` section (public values only)."""
+
+    table: EncodedTable
+    info: Mapping[str, Any]
+
+
+class Synthesizer(Protocol):
+    """A synthesizer backend (see the module docstring)."""
+
+    name: str
+    #: every event it appends is zCDP (Gaussian, Gumbel): the record can state a rho
+    zcdp_only: bool
+    #: its events are known at plan time, so a planned RDP curve can go to the lifetime ledger
+    planned_curve: bool
+    #: it spends part of dpql's budget (else dpql only post-processes its table)
+    spends_budget: bool
+
+    def declared_budget(self, spec: LoadedSpec) -> tuple[float, float]:
+        """(epsilon, delta) spent outside dpql, under replace-one (0, 0 for dpql's own)."""
+        ...
+
+    def plan(self, ctx: PlanContext) -> SynthPlan: ...
+
+    def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult: ...
+
+
+BACKENDS: Mapping[str, str] = {
+    "rap": "dpql.synth.rap:BACKEND",
+    "gan": "dpql.synth.gan.backend:BACKEND",
+    "external": "dpql.synth.external:BACKEND",
+}
+
+
+def backend(name: str) -> Synthesizer:
+    """The backend registered as ``name`` (imported on first use)."""
+    module, attr = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def names() -> Iterator[str]:
+    return iter(BACKENDS)
