@@ -94,10 +94,14 @@ def compile(
     seed: int | None = None,
     ledger_path: str | os.PathLike[str] | None = None,
     signing_key: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    policy: str | os.PathLike[str] | None = None,
 ) -> Release:
     """Run a release end to end (``dpql compile``): reads the private data, spends the budget,
-    writes the table, the provenance record and the curator file. ``seed`` fixes optimisation
-    and row sampling only, never DP noise."""
+    writes the table, the provenance record and the curator file, and records the release in
+    the lifetime ledger. ``seed`` fixes optimisation and row sampling only, never DP noise.
+    ``force`` replaces an earlier release at the same outputs (else E614); ``policy`` enforces
+    a privacy policy, lifetime caps included, before any data is read."""
     from dpql.pipeline import compile_release
 
     return Release(
@@ -106,22 +110,30 @@ def compile(
             seed=seed,
             ledger_path=Path(ledger_path) if ledger_path is not None else None,
             signing_key=Path(signing_key) if signing_key is not None else None,
+            force=force,
+            policy_path=Path(policy) if policy is not None else None,
         )
     )
 
 
 def verify(
-    record_path: str | os.PathLike[str], *, synthetic: str | os.PathLike[str] | None = None
+    record_path: str | os.PathLike[str],
+    *,
+    synthetic: str | os.PathLike[str] | None = None,
+    key: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Re-check a provenance record (``dpql verify``): the accounting recomputed from its
-    events, its schema and hashes. Returns the problems found (empty: it verifies)."""
-    import json
+    events, its schema and hashes, its events and budget against the plan of its embedded spec,
+    and with ``key`` (the curator's public key) its signature. Returns the problems found
+    (empty: it verifies); a bad file is a problem, never an exception."""
+    from dpql.audit import verify_release
 
-    from dpql.provenance import verify_record
-
-    record = json.loads(Path(record_path).read_text(encoding="utf-8"))
-    problems = verify_record(record, Path(synthetic) if synthetic else None)
-    return [str(p) for p in problems]
+    result = verify_release(
+        Path(record_path),
+        Path(synthetic) if synthetic else None,
+        Path(key) if key is not None else None,
+    )
+    return [str(p) for p in result.problems]
 
 
 def evaluate_report(

@@ -87,7 +87,7 @@ def verify_release(
         raw = read_record_bytes(record_path)
         out.record = parse_record(raw, record_path)
     except RecordUnreadable as exc:
-        out.problems.append(VerifyProblem("V000", f"cannot read the record: {exc}"))
+        out.problems.append(VerifyProblem("V000", str(exc)))
         return out
     record = out.record
     out.problems += verify_record(record, synthetic)
@@ -127,14 +127,20 @@ def replan_problems(record: Mapping[str, Any], name: Path) -> list[VerifyProblem
     try:
         spec = load_normalised_spec(record["spec"], name)
     except DiagnosticError as exc:
-        return [VerifyProblem("V021", f"the embedded spec does not load: {_summary(exc)}")]
+        return [
+            VerifyProblem(
+                "V021", f"the embedded spec does not load: {_summary(exc)}{_version_note(record)}"
+            )
+        ]
     reloaded = json.loads(normalised_spec_json(spec.model))
     if sha256_json(reloaded) != sha256_json(record["spec"]):
+        differ = sorted(k for k in record["spec"] if reloaded.get(k) != record["spec"][k])
         return [
             VerifyProblem(
                 "V021",
-                "the embedded spec is not in normalised form (it does not load back to itself), "
-                "so it cannot be re-planned",
+                "the embedded spec is not in the normalised form this dpql writes (loading it "
+                f"back changes {', '.join(differ) or 'its keys'}), so it cannot be re-planned"
+                + _version_note(record),
             )
         ]
     try:
@@ -358,6 +364,14 @@ def event_problems(events: Sequence[PrivacyEvent], plan: Any) -> list[VerifyProb
     order; an event that matches a later planned one means the planned ones between are
     missing."""
     expected = planned_events(plan)
+    if len(events) > 2 * len(expected) + MAX_LISTED:  # not worth aligning (and bounded work)
+        return [
+            VerifyProblem(
+                "V016",
+                f"the record has {len(events)} events where the plan of the embedded spec "
+                f"schedules {len(expected)}",
+            )
+        ]
     differing: list[str] = []
     missing: list[PlannedEvent] = []
     extra: list[str] = []

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import math
 import os
@@ -38,7 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -101,11 +102,30 @@ class RdpCurve(BaseModel):
         return self
 
 
+class StagedOutput(BaseModel):
+    """One file of a release being committed (a ``pending`` ledger line): its final ``path``,
+    the ``staged`` file beside it that is renamed onto it, and the staged bytes' SHA-256."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    path: str
+    staged: str
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+#: a ledger line's state (docs/architecture.md, "Writing a release"): ``pending`` (appended
+#: before the outputs are renamed into place), ``committed`` (every output in place) or
+#: ``abandoned`` (a pending release whose staged files vanished). All three count as spent.
+LedgerStatus = Literal["pending", "committed", "abandoned"]
+
+
 class ReleaseRecord(BaseModel):
     """One line of the release ledger: a release of the data source and what it spent.
 
     ``rho`` is the release's zCDP rho only when all of it was zCDP (else null, informational).
-    ``rdp`` is its RDP curve (absent: the release composes by basic composition only)."""
+    ``rdp`` is its RDP curve (absent: the release composes by basic composition only).
+    ``status``/``txid``/``outputs`` belong to the commit protocol of ``dpql compile`` (a line
+    without them is a committed release); every line counts as spent whatever its status."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -116,6 +136,9 @@ class ReleaseRecord(BaseModel):
     rho: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     rdp: RdpCurve | None = None
     time: str = Field(description="ISO 8601 time of the release, UTC.")
+    status: LedgerStatus = "committed"
+    txid: Annotated[str, Field(pattern=r"^[0-9A-Za-z-]{1,64}$")] | None = None
+    outputs: list[StagedOutput] | None = None
 
     @field_validator("time")
     @classmethod
@@ -204,33 +227,156 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def append_release(path: str | os.PathLike[str], record: ReleaseRecord) -> None:
-    """Append ``record`` to the ledger at ``path``, atomically.
+class LockedLedger:
+    """The release ledger while its ``flock`` is held (:func:`locked_ledger`): ``records`` as
+    read under the lock, and :meth:`write` to replace them atomically."""
 
-    How: take an exclusive ``flock`` on ``<ledger>.lock`` (concurrent appends cannot lose each
-    other's line), re-read and validate the ledger (never extend a corrupt one), write the old
-    lines plus the new one to a temporary file in the same folder, fsync it, ``os.replace`` it
-    over the ledger (atomic on POSIX: a reader sees the old or the new ledger, never half a
-    line) and fsync the folder so the rename survives a crash.
-    """
+    def __init__(self, path: Path, records: list[ReleaseRecord]):
+        self.path = path
+        self.records = records
+
+    def write(self, records: Sequence[ReleaseRecord]) -> None:
+        """Write ``records`` as the whole ledger: a temporary file in the same folder, fsync,
+        ``os.replace`` over the ledger (a reader sees the old or the new ledger, never half a
+        line), fsync of the folder (the rename survives a crash)."""
+        lines = [r.model_dump_json() for r in records]
+        with atomic_path(self.path, fsync=True) as tmp:
+            tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        fsync_folder(self.path.parent)
+        self.records = list(records)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries (renames, new files) to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def locked_ledger(path: str | os.PathLike[str]) -> Iterator[LockedLedger]:
+    """Hold the exclusive ``flock`` on ``<ledger>.lock`` and yield the ledger read under it
+    (E020 for a malformed one: never extend a corrupt ledger). Every writer of the ledger goes
+    through here, so "lock, then check, then append" is one step for concurrent compiles; a
+    killed process releases its lock."""
     ledger = Path(path)
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with _locked(ledger):
-        old = [r.model_dump_json() for r in read_ledger(ledger)]
-        lines = [*old, record.model_dump_json()]
-        with atomic_path(ledger, fsync=True) as tmp:
-            tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        folder = os.open(ledger.parent, os.O_RDONLY)
+        yield LockedLedger(ledger, read_ledger(ledger))
+
+
+def append_release(path: str | os.PathLike[str], record: ReleaseRecord) -> None:
+    """Append ``record`` to the ledger at ``path``, atomically, under the ledger's lock
+    (:func:`locked_ledger`): concurrent appends cannot lose each other's line."""
+    with locked_ledger(path) as ledger:
+        ledger.write([*ledger.records, record])
+
+
+def ledger_location_error(
+    path: str | os.PathLike[str], *, must_exist: bool, named_by: str
+) -> Diagnostic | None:
+    """Why the lifetime ledger at ``path`` cannot be used (``E615``), or None. Checked before
+    any private data is read: a directory, a file that is not a regular file, a missing ledger
+    that a policy names (``must_exist``: a typo in the policy must not read as "no earlier
+    releases"), a folder that cannot be created or written (the ledger is rewritten atomically
+    beside itself). ``named_by`` says where the path came from, for the message."""
+    file = Path(path)
+    hint = None
+    if file.is_dir():
+        what = f"the lifetime ledger {file} ({named_by}) is a directory"
+        hint = "name a JSONL file, e.g. privacy-ledger.jsonl"
+    elif file.exists() and not file.is_file():
+        what = f"the lifetime ledger {file} ({named_by}) is not a regular file"
+    elif not file.exists() and must_exist:
+        what = f"the lifetime ledger {file} ({named_by}) does not exist"
+        hint = (
+            "check the path for a typo; if no release of this data source has been made yet, "
+            f"create the ledger empty first (touch {file})"
+        )
+    else:
+        folder = _nearest_existing(file.parent)
+        if not folder.is_dir():
+            what = f"the lifetime ledger's folder {folder} ({named_by}) is not a directory"
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            what = f"the lifetime ledger's folder {folder} ({named_by}) is not writable"
+        elif file.exists() and not os.access(file, os.R_OK):
+            what = f"the lifetime ledger {file} ({named_by}) is not readable"
+        else:
+            return None
+    return Diagnostic(
+        "E615",
+        what,
+        SourcePos(str(file)),
+        hint or "give a ledger path in a folder you can write (--ledger, output.ledger or the "
+        "policy's lifetime.ledger)",
+    )
+
+
+def _nearest_existing(folder: Path) -> Path:
+    """``folder`` or its nearest ancestor that exists (what ``mkdir -p`` would create in)."""
+    folder = folder.absolute()
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def recover_ledger(ledger: LockedLedger) -> list[str]:
+    """Finish the interrupted releases of a locked ledger; returns one note per line changed.
+
+    A ``pending`` line is written only after every output of its release was staged and
+    fsynced, so it is rolled forward: each output whose final file does not have the staged
+    SHA-256 gets its staged file renamed into place; then the line is marked ``committed``. If
+    a staged file is gone (removed by hand), the release cannot be completed: its remaining
+    staged files are removed and the line is marked ``abandoned`` (it still counts as spent:
+    part of it may have been published). Call with the ledger's lock held."""
+    def digest(path: Path) -> str | None:
         try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+            with open(path, "rb") as f:
+                return hashlib.file_digest(f, "sha256").hexdigest()
+        except OSError:
+            return None
+
+    notes: list[str] = []
+    changed = False
+    records = list(ledger.records)
+    for i, record in enumerate(records):
+        if record.status != "pending":
+            continue
+        complete = True
+        for out in record.outputs or []:
+            target, staged = Path(out.path), Path(out.staged)
+            if digest(target) == out.sha256:
+                continue
+            if digest(staged) == out.sha256:
+                os.replace(staged, target)
+                fsync_folder(target.parent)
+            else:
+                complete = False
+        status: LedgerStatus = "committed" if complete else "abandoned"
+        if not complete:
+            for out in record.outputs or []:
+                Path(out.staged).unlink(missing_ok=True)
+        records[i] = record.model_copy(update={"status": status})
+        changed = True
+        notes.append(
+            f"release '{record.name}' of {record.time} (txid {record.txid}) was interrupted "
+            + (
+                "after it was recorded; its outputs were put in place and it is now committed"
+                if complete
+                else "and its staged files are gone; marked abandoned (still counted as spent)"
+            )
+        )
+    if changed:
+        ledger.write(records)
+    return notes
 
 
 @dataclass(frozen=True)
 class ReleaseBudget:
     """What one release spends in total (for ``external``, the external table's budget
-    included, as ``privacy`` states it; see :func:`release_budget`). ``rdp`` is the planned
+    included, as ``privacy`` states it; see :func:`planned_spend`). ``rdp`` is the planned
     curve of the release (None: it composes by basic composition only)."""
 
     epsilon: float
@@ -255,7 +401,7 @@ def planned_curve(
     )
 
 
-def release_budget(
+def planned_spend(
     spec: LoadedSpec,
     requested_epsilon: float | None = None,
     requested_delta: float | None = None,
@@ -460,11 +606,18 @@ def lifetime_report(
     policy: LoadedPolicy, spend: ReleaseBudget, ledger_path: str | os.PathLike[str] | None = None
 ) -> LifetimeBudget | None:
     """The lifetime budget with this release added (None when the policy sets no lifetime).
-    ``ledger_path`` defaults to the policy's ``lifetime.ledger``; E020 if it is malformed."""
+    ``ledger_path`` defaults to the policy's ``lifetime.ledger``; E020 if it is malformed, E615
+    if it is missing (a policy's ledger must exist: create it empty before the first release)
+    or not a usable file."""
     lifetime = policy.model.lifetime
     path = ledger_path if ledger_path is not None else policy.ledger_path
     if lifetime is None or path is None:
         return None
+    problem = ledger_location_error(
+        path, must_exist=True, named_by=f"lifetime.ledger of {policy.path}"
+    )
+    if problem is not None:
+        raise DiagnosticError([problem])
     return lifetime_budget(lifetime.epsilon, read_ledger(path), spend, lifetime.delta)
 
 
@@ -480,11 +633,11 @@ def check_policy(
     """Every rule of ``policy`` that ``spec`` breaks (empty list: the spec passes).
 
     ``ledger_path`` defaults to the policy's ``lifetime.ledger`` (relative to the policy file).
-    See :func:`release_budget` for ``requested_*``. Raises DiagnosticError (E020) when the
+    See :func:`planned_spend` for ``requested_*``. Raises DiagnosticError (E020) when the
     ledger is malformed: a budget we cannot read is not a budget we can check.
     """
     rules = policy.model
-    spend = release_budget(spec, requested_epsilon, requested_delta, requested_rho)
+    spend = planned_spend(spec, requested_epsilon, requested_delta, requested_rho)
     out: list[Violation] = []
     if spend.epsilon > rules.max_epsilon + _SLACK:
         out.append(
@@ -513,9 +666,17 @@ def check_policy(
             Violation("P006", f"delta {spend.delta:g} is not below 1/rows = {1.0 / spec.rows:.3g}")
         )
     budget = lifetime_report(policy, spend, ledger_path)
-    if budget is not None and budget.exceeded:
+    if budget is not None:
+        out += lifetime_violations(budget)
+    return out
+
+
+def lifetime_violations(budget: LifetimeBudget) -> list[Violation]:
+    """P007/P008 for a lifetime budget over its caps (empty list: within them)."""
+    out = []
+    if budget.exceeded:
         out.append(Violation("P007", f"exceeded: {budget.describe()}"))
-    if budget is not None and budget.delta_exceeded:
+    if budget.delta_exceeded:
         out.append(Violation("P008", f"delta exceeded: {budget.describe()}"))
     return out
 

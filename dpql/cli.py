@@ -1,4 +1,4 @@
-"""Command line: ``dpql plan | check | compile | verify | evaluate``.
+"""Command line: ``dpql plan | check | compile | verify | keygen | evaluate``.
 
 Exit codes: 0 success; 1 a problem in the user's input (spec, policy, data) or a failed check,
 reported as ``file:line:col: error[CODE]: message`` with a hint, never a traceback; 2 an internal
@@ -15,18 +15,19 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from dpql import __version__
-from dpql.diagnostics import Diagnostic, DiagnosticError, render_all, to_json
+from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos, render_all, to_json
 
 EXIT_OK, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2
 
 out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # log lines are never wrapped mid-sentence
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -59,6 +60,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     data = plan.to_json()
     if plan.resources is not None:  # the compile estimate is shown, not hashed into records
         data["resources"] = plan.resources.to_json()
+    if "reason" in plan.synth.options:  # method: auto's choice (shown, not hashed)
+        data["auto"] = {k: plan.synth.options[k] for k in ("chosen", "reason")}
     if args.output:
         from dpql.io import write_json
 
@@ -74,6 +77,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         f"[bold]{plan.method}[/]",
         highlight=False,
     )
+    if "reason" in plan.synth.options:  # method: auto says what it chose and why
+        out.print(
+            f"auto: chose [bold]{plan.synth.options['chosen']}[/]: "
+            f"{escape(str(plan.synth.options['reason']))}",
+            highlight=False,
+        )
     out.print(
         f"budget: epsilon={_fmt(b.epsilon)} delta={_fmt(b.delta)} -> rho={_fmt(b.rho, 6)} zCDP "
         "(tight conversion, Canonne-Kamath-Steinke 2020)"
@@ -92,22 +101,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     out.print(q)
     n = spec.rows
     bt = Table(title="Budget allocation")
+    accounting, total = _plan_accounting(spec, plan)
     for col in (
         "phase",
         "mechanism",
         "releases",
-        "rho",
+        "accounting",
         "noise (fraction of n)",
         "noise (rows)",
         "E|err| per cell",
     ):
         bt.add_column(col, justify="right" if col != "phase" else "left")
-    for line in plan.table.lines:
+    for line, cell in zip(plan.table.lines, accounting, strict=True):
         bt.add_row(
             line.phase,
             line.mechanism,
             str(line.releases),
-            _fmt(line.rho, 4),
+            cell,
             _fmt(line.noise_scale),
             _fmt(
                 line.noise_scale * n if line.noise_scale and line.mechanism == "gaussian" else None
@@ -115,7 +125,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             _fmt(line.expected_abs_error),
         )
     out.print(bt)
-    out.print(f"allocated rho {_fmt(plan.table.total_rho, 6)} of {_fmt(b.rho, 6)}")
+    out.print(total, markup=False, highlight=False, soft_wrap=True)
     if plan.resources is not None:
         from dpql.plan.resources import format_bytes, memory_limit
 
@@ -164,12 +174,58 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _plan_accounting(spec: Any, plan: Any) -> tuple[list[str], str]:
+    """Each budget line in its own accounting (zCDP rho; a DP-SGD phase as its epsilon at the
+    plan's delta by RDP; an external table as its declared (epsilon, delta)) and the planned
+    total: zCDP alone as rho, else the epsilon of all phases composed (RDP, the external table
+    added by basic composition) at the plan's delta."""
+    from dpql.privacy.accountant import epsilon_from_events
+    from dpql.privacy.ledger import PrivacyEvent
+    from dpql.synth.base import backend
+
+    delta = plan.budget.delta
+    events = getattr(plan.synth.config, "events", None)
+    dpsgd = {f"gan.{e.phase}": e for e in events()} if callable(events) else {}
+    ext_eps, ext_delta = backend(plan.method).declared_budget(spec)
+    cells = []
+    for line in plan.table.lines:
+        if line.rho_per_release is not None:
+            cells.append(f"rho {_fmt(line.rho, 4)}")
+        elif line.phase in dpsgd:
+            eps = epsilon_from_events([dpsgd[line.phase]], delta).epsilon
+            cells.append(f"eps {_fmt(eps)} (RDP)")
+        elif line.mechanism == "external":
+            cells.append(f"eps {_fmt(ext_eps)}, delta {ext_delta:.3g}")
+        else:
+            cells.append("-")
+    rho = plan.table.total_rho
+    if not dpsgd and not any(line.mechanism == "external" for line in plan.table.lines):
+        return cells, f"allocated rho {_fmt(rho, 6)} of {_fmt(plan.budget.rho, 6)} (zCDP)"
+    composed = list(dpsgd.values())
+    if rho > 0:
+        sigma = 1.0 / math.sqrt(2 * rho)
+        composed.append(
+            PrivacyEvent("zcdp", "gaussian", "planned zCDP phases", l2_sensitivity=1.0,
+                         noise_scale=sigma, rho=rho)
+        )  # fmt: skip
+    eps = epsilon_from_events(composed, delta - ext_delta).epsilon if composed else 0.0
+    parts = [f"zCDP phases rho {_fmt(rho, 6)}"] if rho > 0 else []
+    if dpsgd:
+        parts.append("DP-SGD phases by RDP")
+    if ext_eps or ext_delta:
+        parts.append(f"external table eps {_fmt(ext_eps)}, delta {ext_delta:.3g} added")
+    return cells, (
+        f"planned spend: epsilon {_fmt(eps + ext_eps)} at delta {delta:g} of the budget "
+        f"epsilon {_fmt(plan.budget.epsilon)} ({'; '.join(parts)})"
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # check
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from dpql.check import check_policy, lifetime_report, release_budget
+    from dpql.check import check_policy, lifetime_report, planned_spend
     from dpql.plan.planner import build_plan
     from dpql.spec.load import load_policy, load_spec
 
@@ -188,9 +244,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(summary)
     if violations:
         return EXIT_INPUT
-    lifetime = lifetime_report(policy, release_budget(spec, plan.budget.epsilon))
+    lifetime = lifetime_report(policy, planned_spend(spec, plan.budget.epsilon))
     note = f"; {lifetime.describe()}" if lifetime is not None else ""
     print(f"{args.spec}: ok (policy {args.policy}){note}")
+    if lifetime is not None and policy.ledger_path is not None:
+        from dpql.check import read_ledger
+
+        open_lines = [r for r in read_ledger(policy.ledger_path) if r.status != "committed"]
+        if open_lines:
+            print(
+                f"{args.spec}: note: {len(open_lines)} line(s) of {policy.ledger_path} are "
+                "pending or abandoned (interrupted compiles; the next dpql compile on this "
+                "ledger completes pending ones); they count as spent"
+            )
     return EXIT_OK
 
 
@@ -199,13 +265,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _progress() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    from dpql.progress import progress_bars
+    """Bars on a terminal; plain lines (phase, step/total, elapsed, ETA) otherwise."""
+    from dpql.progress import plain_progress, progress_bars
 
-    return progress_bars(err)
+    return progress_bars(err) if sys.stderr.isatty() else plain_progress("compile")
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from dpql.pipeline import compile_release
+    from dpql.pipeline import Interrupted, compile_release
 
     update, stop = _progress() if not args.quiet else (None, lambda: None)
     try:
@@ -214,9 +281,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=update,
             ledger_path=Path(args.ledger) if args.ledger else None,
+            signing_key=Path(args.sign_key) if args.sign_key else None,
+            force=args.force,
+            policy_path=Path(args.policy) if args.policy else None,
+            notify=lambda note: print(f"note: {note}", file=sys.stderr, flush=True),
         )
     finally:
         stop()
+    try:
+        return _print_compiled(result)
+    except KeyboardInterrupt:
+        raise Interrupted(
+            f"interrupted; the release was written and recorded: {result.table_path}, "
+            f"{result.record_path}"
+        ) from None
+
+
+def _print_compiled(result: Any) -> int:
     rec = result.record
     spent = rec["privacy"]["spent"]
     budget = rec["privacy"]["budget"]
@@ -240,6 +321,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
     post = rec.get("postprocess") or {}
     for d in post.get("diagnostics", []):
         err.print(f"post-processing {d['severity']}[{d['code']}]: {d['message']}", markup=False)
+    if "effective_sample_size" in post:
+        wl = post.get("workload") or {}
+        out.print(
+            f"post-processing: effective sample size {post['effective_sample_size']:.0f} rows"
+            + (f" (floor {post['ess_floor']:.0f})" if post.get("ess_floor") else "")
+            + (
+                f"; workload mean |err| vs noisy {_fmt(wl['mean_abs_error_before'])} -> "
+                f"{_fmt(wl['mean_abs_error_after'])}"
+                if wl
+                else ""
+            ),
+            markup=False,
+        )
     for r in rec.get("requirements", []):
         what = f" {r['metric']}" if "metric" in r else ""
         out.print(
@@ -258,33 +352,48 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from dpql.provenance import verify_record
+    from dpql.audit import verify_release
 
     path = Path(args.record)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DiagnosticError(
-            [
-                Diagnostic(
-                    "V000",
-                    f"cannot read the record: {exc}",
-                    hint="pass the .provenance.json written by dpql compile",
-                )
-            ]
-        ) from None
     synthetic = Path(args.synthetic) if args.synthetic else None
-    problems = verify_record(record, synthetic)
-    for p in problems:
+    result = verify_release(path, synthetic, Path(args.key) if args.key else None)
+    for p in result.problems:
         print(f"{path}: {p.code}: {p.message}")
-    if problems:
+    if result.problems:
         return EXIT_INPUT
+    for note in result.notes:
+        print(f"{path}: note: {note}")
+    record = result.record
     spent = record["privacy"]["spent"]
-    print(
-        f"{path}: ok (epsilon {spent['epsilon']:.6g}, delta {spent['delta']:.3g} recomputed from "
-        f"{len(record['privacy']['events'])} events"
-        + (", output hash matches)" if synthetic else ")")
-    )
+    checks = [
+        f"epsilon {spent['epsilon']:.6g}, delta {spent['delta']:.3g} recomputed from "
+        f"{len(record['privacy']['events'])} events",
+        "budget, events and plan hash match the plan of the embedded spec",
+    ]
+    if synthetic:
+        checks.append("output hash matches")
+    if result.signed_by:
+        checks.append(f"signature valid (key sha256 {result.signed_by[:16]}...)")
+    print(f"{path}: ok ({'; '.join(checks)})")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
+# keygen
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from dpql.signing import SigningError, generate_keypair
+
+    out_path = Path(args.out)
+    try:
+        private, public, fingerprint = generate_keypair(out_path)
+    except (SigningError, OSError) as exc:
+        message = str(exc) if isinstance(exc, SigningError) else f"cannot write the key: {exc}"
+        raise DiagnosticError([Diagnostic("V045", message, SourcePos(str(out_path)))]) from None
+    print(f"private key {private} (mode 0600; keep it secret, never publish it)")
+    print(f"public key  {public} (publish it: dpql verify RECORD --key {public})")
+    print(f"key sha256  {fingerprint}")
     return EXIT_OK
 
 
@@ -324,7 +433,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("spec")
     s.add_argument("--seed", type=int, help="fixes optimisation and row sampling (never DP noise)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
-    s.add_argument("--ledger", help="lifetime release ledger (JSONL) to append this release to")
+    s.add_argument(
+        "--ledger",
+        help="lifetime release ledger (JSONL) to record this release in (default: "
+        "output.ledger, the policy's lifetime.ledger, else <spec stem>.ledger.jsonl beside the "
+        "spec)",
+    )
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an earlier release at the same outputs (spends the budget again; both "
+        "releases stay in the ledger)",
+    )
+    s.add_argument(
+        "--policy",
+        help="enforce this privacy policy, lifetime caps included, before any data is read",
+    )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.add_argument(
         "--show-values",
@@ -333,13 +457,37 @@ def build_parser() -> argparse.ArgumentParser:
         "terminal only: never in shared logs or CI); by default errors name the file, row and "
         "column only",
     )
+    s.add_argument(
+        "--sign-key",
+        metavar="KEYFILE",
+        help="sign the provenance record with this Ed25519 private key (from dpql keygen)",
+    )
     s.set_defaults(func=cmd_compile)
 
-    s = sub.add_parser("verify", help="recompute a provenance record's accounting and hashes")
+    s = sub.add_parser(
+        "verify",
+        help="recompute a provenance record's accounting and hashes, re-plan its spec, check "
+        "its signature",
+    )
     s.add_argument("record")
     s.add_argument("--synthetic", help="the released table, to check its hash")
+    s.add_argument(
+        "--key",
+        metavar="PUBKEY",
+        help="the curator's public key (KEYFILE.pub from dpql keygen): the record must carry "
+        "its valid signature",
+    )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("keygen", help="make an Ed25519 key pair for signing provenance records")
+    s.add_argument(
+        "--out",
+        required=True,
+        metavar="KEYFILE",
+        help="the private key's path (written with mode 0600); the public key goes to KEYFILE.pub",
+    )
+    s.set_defaults(func=cmd_keygen)
 
     s = sub.add_parser(
         "evaluate", help="curator-only utility report (uses private data; never publish)"
@@ -374,8 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             show_values=getattr(args, "show_values", False),
         )
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        err.print("interrupted; no output was written")
+    except KeyboardInterrupt as exc:
+        message = getattr(exc, "message", None) or "interrupted"
+        print(message, file=sys.stderr, flush=True)
         return 130
     except Exception as exc:
         err.print(

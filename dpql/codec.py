@@ -15,7 +15,9 @@ Cell semantics (every measurement engine implements exactly these, see ``dpql.da
   ``other`` catch-all when the spec names one, else an error (E405) with the number of rows and
   the first one;
 * a missing cell follows the column's :data:`MissingPolicy`: ``"error"`` (E407), ``"drop"`` the
-  row, or :class:`Fill` with a public value;
+  row, :class:`Fill` with a public value, or ``"keep"``: the column is nullable
+  (:mod:`dpql.domain`) and the cell gets its null code (numeric: scaled value ``NULL_SCALED``),
+  decoded back to an empty cell;
 * numeric values outside the public bounds are clipped; how many were clipped goes to the
   curator-only :class:`CuratorLog`, never into a release output.
 
@@ -35,8 +37,9 @@ number of rows after dropping is never needed by, nor revealed through, a mechan
 from __future__ import annotations
 
 import difflib
+import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -50,7 +53,7 @@ from dpql.diagnostics import (
     did_you_mean,
 )
 from dpql.diagnostics_registry import titles
-from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
+from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, NumericColumn
 
 # A decimal number as text; no backslashes so the same pattern works in every SQL dialect.
 NUMBER_PATTERN = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
@@ -69,7 +72,7 @@ class Fill:
     value: str | float
 
 
-MissingPolicy = Literal["error", "drop"] | Fill
+MissingPolicy = Literal["error", "drop", "keep"] | Fill
 
 
 @dataclass(frozen=True)
@@ -135,7 +138,7 @@ def check_policies(
             )
     for name, value in other.items():
         col = domain[name] if name in domain else None
-        if col is not None and not (isinstance(col, CategoricalColumn) and value in col.values):
+        if col is not None and not (isinstance(col, CategoricalColumn) and value in col.labels):
             sink.error(
                 "E408",
                 f"'other' category {value!r} of column '{name}' is not declared",
@@ -146,7 +149,7 @@ def check_policies(
 
 def _is_member(col: NumericColumn | CategoricalColumn, value: str | float) -> bool:
     if isinstance(col, CategoricalColumn):
-        return value in col.values
+        return value in col.labels
     return not isinstance(value, str) and col.lo <= float(value) <= col.hi
 
 
@@ -213,8 +216,9 @@ def column_diagnostics(
         )
     if issues.missing and missing_policy == "error":
         rules = (
-            "drop (the row is left out; data.rows stays the public count), fill (the public "
-            f"value schema.{col.name}.fill)"
+            "keep (missingness becomes a public null value, synthesized and written back as "
+            "an empty cell), drop (the row is left out; data.rows stays the public count), "
+            f"fill (the public value schema.{col.name}.fill)"
         )
         if isinstance(col, CategoricalColumn):
             rules += " or other (the catch-all category)"
@@ -348,8 +352,10 @@ def _parse_categorical(col: CategoricalColumn, s: pd.Series) -> _Parsed:
         return _unusable(col.name, s)
     text = s.astype("string").str.strip(WHITESPACE)
     missing = _blank(text)
-    codes = pd.Index(col.values, dtype="string").get_indexer(text).astype(np.int64)
+    codes = pd.Index(col.labels, dtype="string").get_indexer(text).astype(np.int64)
     invalid = ~missing & (codes < 0)
+    if col.parent is not None:  # a grouped column: a fine value is coded by its group
+        codes = np.where(codes >= 0, np.asarray(col.parent, dtype=np.int64)[codes], codes)
     return _Parsed(codes, missing, invalid, _issues(col.name, text, missing, invalid))
 
 
@@ -394,6 +400,7 @@ def encode_frame(
 
     parsed: dict[str, np.ndarray] = {}
     drop = np.zeros(len(df), dtype=bool)
+    nulls: dict[str, np.ndarray] = {}  # missing cells of nullable (missing: keep) columns
     log_missing: dict[str, int] = {}
     log_undeclared: dict[str, int] = {}
     for col in domain:
@@ -408,12 +415,14 @@ def encode_frame(
         )
         values = p.values
         if col.name in other:  # undeclared categories go to the catch-all
-            values = np.where(p.invalid, col.values.index(other[col.name]), values)  # type: ignore[union-attr]
+            values = np.where(p.invalid, col.code_of_label(other[col.name]), values)  # type: ignore[union-attr]
         if policy == "drop":
             drop |= p.missing
+        elif policy == "keep":
+            nulls[col.name] = p.missing
         elif isinstance(policy, Fill):
             fill = (
-                col.values.index(policy.value)
+                col.code_of_label(str(policy.value))
                 if isinstance(col, CategoricalColumn)
                 else float(policy.value)
             )
@@ -432,8 +441,11 @@ def encode_frame(
     high: dict[str, int] = {}
     for col in domain:
         values = parsed[col.name][keep]
+        null = nulls[col.name][keep] if col.name in nulls else None
         if isinstance(col, CategoricalColumn):
             codes[col.name] = values.astype(np.int32)
+            if null is not None:
+                codes[col.name] = np.where(null, col.null_code, codes[col.name]).astype(np.int32)
             continue
         below, above = int((values < col.lo).sum()), int((values > col.hi).sum())
         if below:
@@ -443,6 +455,9 @@ def encode_frame(
         clipped = np.clip(values, col.lo, col.hi)
         scaled[col.name] = (clipped - col.lo) / col.span
         codes[col.name] = col.bin_of(clipped)
+        if null is not None:
+            scaled[col.name] = np.where(null, NULL_SCALED, scaled[col.name])
+            codes[col.name] = np.where(null, col.null_code, codes[col.name]).astype(np.int32)
     log = CuratorLog(
         source, len(df), int(keep.sum()), log_missing, log_undeclared, low, high, extra
     )
@@ -459,11 +474,18 @@ def decode_values(
     """Rows in original units from categorical ``codes`` and numeric ``scaled`` values.
 
     Scaled values are clipped to [0, 1] (post-processing keeps outputs in the public bounds);
-    integer columns are rounded to the nearest integer. Column order is the domain's.
+    integer columns are rounded to the nearest integer. Column order is the domain's. A grouped
+    column's group code becomes a fine value of that group drawn uniformly (:func:`fine_values`).
     """
     out: dict[str, object] = {}
     for col in domain:
+        if col.nullable:
+            out[col.name] = _decode_nullable(col, codes[col.name], scaled.get(col.name))
+            continue
         if isinstance(col, CategoricalColumn):
+            if col.fine is not None:
+                out[col.name] = fine_values(col, np.asarray(codes[col.name]))
+                continue
             out[col.name] = np.asarray(col.values, dtype=object)[np.asarray(codes[col.name])]
             continue
         x = col.lo + np.clip(np.asarray(scaled[col.name], dtype=np.float64), 0.0, 1.0) * col.span
@@ -471,6 +493,43 @@ def decode_values(
     return pd.DataFrame(out)
 
 
+def _decode_nullable(
+    col: NumericColumn | CategoricalColumn, codes: np.ndarray, scaled: np.ndarray | None
+) -> object:
+    """A nullable column in original units: its null code becomes an empty cell (None/NaN/NA)."""
+    codes = np.asarray(codes)
+    null = codes == col.null_code
+    if isinstance(col, CategoricalColumn):
+        safe = np.where(null, 0, codes)
+        sub = replace(col, nullable=False)
+        values = decode_values(Domain((sub,)), {col.name: safe}, {})[col.name].to_numpy(object)
+        values[null] = None
+        return values
+    assert scaled is not None
+    sub = replace(col, nullable=False)
+    x = decode_values(Domain((sub,)), {}, {col.name: scaled})[col.name].to_numpy()
+    if col.integer:
+        return pd.Series(np.where(null, 0, x), dtype="Int64").where(~null, pd.NA).array
+    return np.where(null, np.nan, x)
+
+
 def decode(table: EncodedTable) -> pd.DataFrame:
     """An encoded table back in original units (see :func:`decode_values`)."""
     return decode_values(table.domain, table.codes, table.scaled)
+
+
+def fine_values(col: CategoricalColumn, codes: np.ndarray) -> np.ndarray:
+    """Fine values of a grouped column for group ``codes``: each drawn uniformly among its
+    group's fine values. This spends no budget: it is post-processing of the DP group codes with
+    public randomness, independent of the private data (the group file is public). The draw is
+    seeded from the column name and the codes, so the same codes decode to the same table."""
+    assert col.fine is not None and col.parent is not None
+    parent = np.asarray(col.parent, dtype=np.int64)
+    order = np.argsort(parent, kind="stable")
+    size = np.bincount(parent, minlength=len(col.values))
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    codes = np.asarray(codes, dtype=np.int64)
+    seed = [zlib.crc32(col.name.encode("utf-8")), zlib.crc32(codes.tobytes())]
+    u = np.random.default_rng(seed).random(codes.shape[0])
+    pick = start[codes] + np.minimum((u * size[codes]).astype(np.int64), size[codes] - 1)
+    return np.asarray(col.fine, dtype=object)[order[pick]]

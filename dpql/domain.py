@@ -10,6 +10,12 @@ Nothing here is ever derived from private data (DESIGN invariant 1). The domain 
 
 Integer columns with ``bins: k`` cut the integer range ``lo .. hi`` into ``k`` equal-width bins of
 ``[lo, hi + 1)``, so that with ``k = hi - lo + 1`` every integer has its own bin.
+
+A column under ``missing: keep`` is *nullable*: missingness is one more public state, its last
+code ``null_code`` (after the values, or after the bins), so ``card`` counts it. A missing
+numeric cell has the null bin as its code and the scaled value 0 (``NULL_SCALED``): it
+contributes 0 to every moment and counts as the lower bound in range and halfspace queries;
+decoding writes it as an empty cell.
 """
 
 from __future__ import annotations
@@ -29,13 +35,24 @@ class NumericColumn:
     hi: float
     integer: bool
     edges: tuple[float, ...]
+    nullable: bool = False
 
     kind = "numeric"
 
     @property
-    def card(self) -> int:
-        """Number of public bins."""
+    def bins(self) -> int:
+        """Number of public value bins (the null bin not included)."""
         return len(self.edges) - 1
+
+    @property
+    def card(self) -> int:
+        """Number of public codes: the value bins, plus the null bin when nullable."""
+        return self.bins + int(self.nullable)
+
+    @property
+    def null_code(self) -> int | None:
+        """The null bin's code (the last), or None when the column is not nullable."""
+        return self.bins if self.nullable else None
 
     @property
     def span(self) -> float:
@@ -56,27 +73,59 @@ class NumericColumn:
     def bin_of(self, x: np.ndarray) -> np.ndarray:
         """Bin index of clipped values in original units (vectorised)."""
         idx = np.searchsorted(np.asarray(self.edges), x, side="right") - 1
-        return np.clip(idx, 0, self.card - 1).astype(np.int32)
+        return np.clip(idx, 0, self.bins - 1).astype(np.int32)
 
 
 @dataclass(frozen=True)
 class CategoricalColumn:
-    """A categorical column; a value's code is its index in ``values``."""
+    """A categorical column; a value's code is its index in ``values``.
+
+    A *grouped* column (a public hierarchy, ``group:`` in the spec) has ``values`` = its groups
+    (the coarse level every query and synthesizer sees) and ``fine`` = the values the data and
+    the released table hold, ``parent[i]`` being the group code of ``fine[i]``. Data cells are
+    read at the fine level and coded by their group (:meth:`label_codes`); output codes are
+    decoded to a fine value drawn uniformly within the group (``dpql.codec``).
+    """
 
     name: str
     values: tuple[str, ...]
+    fine: tuple[str, ...] | None = None
+    parent: tuple[int, ...] | None = None
+    nullable: bool = False
 
     kind = "categorical"
 
     @property
     def card(self) -> int:
-        return len(self.values)
+        return len(self.values) + int(self.nullable)
+
+    @property
+    def null_code(self) -> int | None:
+        """The null category's code (the last, ``missing: keep``), or None when not nullable."""
+        return len(self.values) if self.nullable else None
 
     def code_of(self, value: str) -> int:
         return self.values.index(value)
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The values a data cell (and the released table) may hold: ``fine`` if grouped."""
+        return self.fine if self.fine is not None else self.values
+
+    @property
+    def label_codes(self) -> tuple[int, ...]:
+        """The code of each of :attr:`labels` (its group's code when grouped)."""
+        return self.parent if self.parent is not None else tuple(range(len(self.values)))
+
+    def code_of_label(self, label: str) -> int:
+        """The code of a data value (a fine value's group code when grouped)."""
+        return self.label_codes[self.labels.index(label)]
+
 
 Column = NumericColumn | CategoricalColumn
+
+NULL_SCALED = 0.0
+"""The scaled value of a missing cell of a nullable numeric column (see the module docstring)."""
 
 
 def numeric_edges(lo: float, hi: float, integer: bool, bins: int) -> tuple[float, ...]:

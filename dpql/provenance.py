@@ -19,12 +19,15 @@ row count, clip counts, a keyed HMAC of the data file, the stage timings) go to 
 curator file (:mod:`dpql.curator`) that must not be published. The schema forbids unknown keys,
 so a field added without a schema change fails ``dpql verify``.
 
-``verify_record`` validates the record against the schema, recomputes the accounting and the
-hashes; any mismatch is reported. Version history: 1 (no ``postprocess`` section, model tests
-reported as ``real`` / ``synthetic``), 2 and 3 (with ``timings_s``), 4 (no timings: they moved to
-the curator file; ``spent.rho`` is null unless every event is zCDP; ``privacy.rdp`` holds the
-release's RDP curve for lifetime composition; external events state their neighbouring relation
-and declared budget).
+``verify_record`` checks every number's range, validates the record against the schema,
+recomputes the accounting and the hashes; any mismatch is reported. ``dpql verify`` also
+re-plans the embedded spec and checks the record's signature (:mod:`dpql.audit`); the optional
+``signature`` section (:mod:`dpql.signing`) is the curator's Ed25519 signature over the rest.
+Version history: 1 (no ``postprocess`` section, model tests reported as ``real`` /
+``synthetic``), 2 and 3 (with ``timings_s``), 4 (no timings: they moved to the curator file;
+``spent.rho`` is null unless every event is zCDP; ``privacy.rdp`` holds the release's RDP curve
+for lifetime composition; external events state their neighbouring relation and declared
+budget; later, an optional ``signature``).
 
 Accounting in the record. ``privacy.spent`` is the (epsilon, delta) recomputed from the events
 (:func:`dpql.privacy.accountant.epsilon_from_events`). ``spent.rho`` is the zCDP rho of the
@@ -470,6 +473,16 @@ def _object(
     return out
 
 
+# The postprocess keys every record has; the later ones (prior_rows, ess_floor, shrink,
+# resampling_shift_sd, measure_error_sd_*, workload: issue 15) are optional so older records
+# still verify.
+_POSTPROCESS_REQUIRED = [
+    "method", "solver", "measures", "noise_sigma", "iterations", "gamma", "projection_distance",
+    "kkt_violation", "kl_from_synthetic", "effective_sample_size", "sampling_seed", "lambda",
+    "noisy", "target", "synthetic_before", "synthetic_after", "diagnostics",
+]  # fmt: skip
+
+
 def _vector(description: str) -> dict[str, Any]:
     return {"type": "array", "items": _NULLABLE_NUMBER, "description": description}
 
@@ -597,8 +610,54 @@ def _defs() -> dict[str, Any]:
             "target": _vector("The noisy answers denoised onto the reachable set."),
             "synthetic_before": _vector("The measures on the synthetic table before."),
             "synthetic_after": _vector("The measures on the released table."),
+            "prior_rows": {
+                **_NULLABLE_NUMBER,
+                "minimum": 0,
+                "description": "Strength (in rows) of the synthetic table as the prior of the "
+                "noise-aware (MAP) projection; null for the hard I-projection.",
+            },
+            "ess_floor": {
+                **_NONNEG,
+                "description": "Floor on the weights' effective sample size, in rows (W508 "
+                "when it binds).",
+            },
+            "shrink": {
+                **_NONNEG,
+                "maximum": 1,
+                "description": "Fraction of the way to the target kept to respect the ESS "
+                "floor (1: not bound).",
+            },
+            "resampling_shift_sd": {
+                **_NONNEG,
+                "description": "Largest change of a measure from the reweighted table to the "
+                "released rows, in noise sds (what resampling costs).",
+            },
+            "measure_error_sd_before": _vector(
+                "Each measure's |value - noisy answer| / noise sd on the table before."
+            ),
+            "measure_error_sd_after": _vector("The same on the released table."),
+            "workload": {
+                **_object(
+                    {
+                        "measured_queries": {"type": "integer", "minimum": 0},
+                        "cells": {"type": "integer", "minimum": 0},
+                        **{
+                            f"{k}_{w}": v
+                            for w in ("before", "after")
+                            for k, v in (
+                                ("mean_abs_error", _NONNEG),
+                                ("max_abs_error", _NONNEG),
+                                ("mean_error_sd", _NULLABLE_NUMBER),
+                            )
+                        },
+                    }
+                ),
+                "description": "The synthesizer's measured workload answers (DP outputs) "
+                "against the table before and after post-processing.",
+            },
             "diagnostics": {"type": "array", "items": {"$ref": "#/$defs/diagnostic"}},
-        }
+        },
+        _POSTPROCESS_REQUIRED,
     )
     return {
         "tolerance": tolerance,
@@ -687,7 +746,7 @@ def record_schema() -> dict[str, Any]:
                     }
                 ),
                 "synthesizer": _object(
-                    {"method": {"enum": ["rap", "gan", "external"]}}, closed=False
+                    {"method": {"enum": ["rap", "gan", "external", "aim", "auto"]}}, closed=False
                 ),
                 "postprocess": {
                     "oneOf": [{"type": "null"}, {"$ref": "#/$defs/postprocess"}],

@@ -49,6 +49,8 @@ def _setup(
 ) -> tuple[LoadedSpec, LoadedPolicy]:
     (tmp_path / "s.release.yaml").write_text(spec)
     (tmp_path / "policy.yaml").write_text(policy)
+    (tmp_path / "ledger").mkdir(exist_ok=True)
+    (tmp_path / "ledger" / "releases.jsonl").touch()  # a policy's ledger must exist
     return load_spec(tmp_path / "s.release.yaml"), load_policy(tmp_path / "policy.yaml")
 
 
@@ -123,7 +125,31 @@ def test_lifetime_budget_uses_basic_composition(tmp_path: Path) -> None:
     (v,) = check_policy(spec, policy)
     assert v.code == "P007" and "8.1 of 8" in v.message and "basic composition" in v.message
     other = tmp_path / "elsewhere.jsonl"
+    other.touch()
     assert check_policy(spec, policy, ledger_path=other) == []  # an explicit ledger wins
+
+
+def test_a_missing_or_unusable_policy_ledger_is_an_error(tmp_path: Path) -> None:
+    """A typo in the policy's ledger path must not read as "no earlier releases" (E615); a
+    directory or BOM-prefixed ledger is refused with a located error too."""
+    spec, policy = _setup(tmp_path)
+    ledger = policy.ledger_path
+    assert ledger is not None
+    ledger.unlink()
+    with pytest.raises(DiagnosticError) as e:
+        check_policy(spec, policy)
+    (d,) = e.value.diagnostics
+    assert d.code == "E615" and "does not exist" in d.message and "touch" in (d.hint or "")
+    ledger.mkdir()
+    with pytest.raises(DiagnosticError) as e:
+        check_policy(spec, policy)
+    assert [d.code for d in e.value.diagnostics] == ["E615"]
+    ledger.rmdir()
+    ledger.write_text("\ufeff" + _record(0.5).model_dump_json() + "\n", encoding="utf-8")
+    with pytest.raises(DiagnosticError) as e:
+        check_policy(spec, policy)
+    (d,) = e.value.diagnostics
+    assert d.code == "E020" and d.pos.line == 1
 
 
 def test_lifetime_composes_rdp_curves_not_rhos() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import time
@@ -103,6 +104,20 @@ def policies(domain: Domain, rng: np.random.Generator) -> tuple[dict, dict]:
         else:
             missing[col.name] = "drop" if rng.random() < 0.5 else Fill((col.lo + col.hi) / 2)
     return missing, other
+
+
+def with_keep(
+    domain: Domain, missing: dict, rng: np.random.Generator
+) -> tuple[Domain, dict]:
+    """Turn about half of the fill policies into ``missing: keep`` (the column nullable)."""
+    missing = dict(missing)
+    cols = []
+    for col in domain:
+        if isinstance(missing[col.name], Fill) and rng.random() < 0.5:
+            missing[col.name] = "keep"
+            col = dataclasses.replace(col, nullable=True)
+        cols.append(col)
+    return Domain(tuple(cols)), missing
 
 
 def random_pred(domain: Domain, rng: np.random.Generator, depth: int = 0):
@@ -225,6 +240,7 @@ def test_engines_agree_on_random_tables_and_queries(
     domain = random_domain(rng)
     text, native = random_raw(domain, rng)
     missing, other = policies(domain, rng)
+    domain, missing = with_keep(domain, missing, np.random.default_rng(1000 + seed))
     queries = random_queries(domain, rng) + random_models(domain, rng)
     csv, parquet = tmp_path / "t.csv", tmp_path / "t.parquet"
     text.to_csv(csv, index=False)

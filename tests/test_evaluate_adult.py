@@ -130,7 +130,7 @@ def test_identical_synthetic_table_scores_zero_error(domain: Domain, sample: pd.
     assert r.label == "income" and r.rows == {"real": 600, "synthetic": 600, "test": 600}
     assert [c.max for c in r.workload] == [0.0, 0.0, 0.0]
     assert all(c.error == 0.0 and c.passed for c in r.requirements)
-    assert r.requirements[0].real == r.requirements[0].synthetic_in_sample > 0.7
+    assert r.requirements[0].real == r.requirements[0].train_on_real > 0.7
     assert r.correlation_l1 == 0.0 and r.dimension_wise_probability.sse == 0.0
     for t in r.tstr:  # trained on the same rows with the same seed
         assert t.train_on_real == t.train_on_synthetic

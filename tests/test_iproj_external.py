@@ -91,8 +91,12 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys) -> None:
         assert value == k * query_grid(q) / 32561, (q, value)
     assert post["kkt_violation"] <= 1e-6 and not [d for d in post["diagnostics"] if d["code"] == "W505"]
     corr, mean, count, logit = record["requirements"]
-    for r in (mean, count):  # far from the truth before (uniform columns), close after
-        assert abs(r["synthetic_after"] - r["real_noisy"]) < 0.2 * abs(r["synthetic_before"] - r["real_noisy"])
+    # far from the truth before (uniform columns), closer after; the uniform table could meet
+    # them only by concentrating on a quarter of its rows, so the ESS floor holds it (issue 15)
+    for r in (mean, count):
+        assert abs(r["synthetic_after"] - r["real_noisy"]) < 0.6 * abs(r["synthetic_before"] - r["real_noisy"])
+    assert post["effective_sample_size"] >= post["ess_floor"] - 1e-6 and 0 < post["shrink"] < 1
+    assert [d for d in post["diagnostics"] if d["code"] == "W508"]
     assert abs(corr["synthetic_after"] - corr["real_noisy"]) < 0.05  # resampling noise only
     assert abs(count["synthetic_before"] - 0.5) < 0.05 and abs(count["real_noisy"] - 0.24) < 0.02
     assert logit["metric"] == "accuracy" and logit["synthetic_after"] > logit["synthetic_before"] + 0.1

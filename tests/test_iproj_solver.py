@@ -170,30 +170,6 @@ def test_measure_is_one_gaussian_release_through_the_oracle() -> None:
     assert np.abs(m.noisy - true).max() < 5 * m.sigma.max()
 
 
-def test_external_table_is_schema_checked_and_charged() -> None:
-    from dpql.codec import decode
-    from dpql.privacy.ledger import Ledger
-
-    frame = decode(SYN)
-    ledger = Ledger()
-    t = iproj.external_table(
-        frame, DOMAIN, epsilon=1.0, delta=1e-6, neighbouring="replace_one", ledger=ledger
-    )
-    np.testing.assert_array_equal(t.codes["job"], SYN.codes["job"])
-    (event,) = ledger.events
-    assert event.mechanism == "external" and event.epsilon == 1.0 and event.delta == 1e-6
-    np.testing.assert_allclose(t.scaled["age"], SYN.scaled["age"])
-    with pytest.raises(DiagnosticError):  # a column missing from the schema's table
-        iproj.external_table(
-            frame.drop(columns=["age"]),
-            DOMAIN,
-            epsilon=1,
-            delta=0,
-            neighbouring="replace_one",
-            ledger=ledger,
-        )
-
-
 def _uniform_table(n: int, seed: int) -> EncodedTable:
     """Every column independently uniform on its public domain (a poor, public-only table)."""
     rng = np.random.default_rng(seed)

@@ -21,7 +21,7 @@ from dpql.check import (
     compose_releases,
     lifetime_budget,
     planned_curve,
-    release_budget,
+    planned_spend,
     zcdp_epsilon,
 )
 from dpql.diagnostics import DiagnosticError
@@ -158,7 +158,7 @@ def test_planner_and_check_charge_the_converted_external_budget(tmp_path: Path) 
     assert budget.external_epsilon == 1.0
     assert budget.external_delta == pytest.approx((1 + math.exp(0.5)) * 1e-10, rel=1e-14)
     assert eps_from_rho(budget.rho, DELTA - budget.external_delta) == pytest.approx(1.0, abs=1e-9)
-    spend = release_budget(spec)
+    spend = planned_spend(spec)
     assert spend.rho is None and spend.rdp is not None
     assert spend.rdp.external_epsilon == 1.0
 

@@ -127,7 +127,10 @@ def test_valid_variants_load(tmp_path: Path) -> None:
         "missing rules": TINY.replace(
             "values: [Female, Male]}", 'values: [Female, Male, "?"], other: "?", missing: other}'
         ).replace("bins: 8}", "bins: 8, missing: fill, fill: 40}"),
-        "global drop": TINY.replace("workload:\n", "missing: drop\n\nworkload:\n"),
+        # drop refuses corr / unconditional mean (E112); a conditional mean stays defined
+        "global drop": TINY.replace("workload:\n", "missing: drop\n\nworkload:\n").replace(
+            "corr(age, hours) within 0.05", 'mean(hours | sex == "Female") within 1'
+        ),
         "rap split": TINY.replace(
             "  delta: 1e-9\n", "  delta: 1e-9\n  split: {selection: 0.25, measurement: 0.75}\n"
         ),

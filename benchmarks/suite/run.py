@@ -55,9 +55,11 @@ sys.path.insert(0, str(HERE))
 import tables as suite_tables  # noqa: E402
 
 METHODS = ("dpql", "mst", "aim", "independent")
-EXTRA_METHODS = ("dpql-shared-shift",)
+EXTRA_METHODS = ("dpql-shared-shift", "dpql-aim", "dpql-auto")
+#: dpql methods run with another `synthesizer.method` than the spec's (default options)
+DPQL_SYNTH = {"dpql-aim": "aim", "dpql-auto": "auto"}
 ALL_METHODS = METHODS + EXTRA_METHODS
-DISPLAY_ORDER = ("dpql", "dpql-shared-shift", "mst", "aim", "independent")
+DISPLAY_ORDER = ("dpql", "dpql-shared-shift", "dpql-auto", "dpql-aim", "mst", "aim", "independent")
 MBI_METHODS = ("mst", "aim")
 EPSILONS = (0.3, 1.0, 3.0)
 QUICK_TABLES = ("fair", "bn1k")
@@ -67,6 +69,9 @@ METHOD_NOTES = {
     "default options)",
     "dpql-shared-shift": "the same, with the RAP++ rounding as it was before issue 19's fix "
     "(one random shift per relaxed row shared by all columns; `legacy_rounding.py`)",
+    "dpql-aim": "dpql's `method: aim` backend (`dpql/synth/aim.py`, mbi's estimator through "
+    "dpql's oracle, fixed schedule), default options",
+    "dpql-auto": "dpql's `method: auto` (`dpql/synth/auto.py`: the planner picks the backend)",
     "mst": "MST on mbi 2.x (`benchmarks/rap/peers.py`), replace-one, dpql's noise and ledger",
     "aim": "AIM on mbi 2.x (`peers.py`), capped for wall time (see the settings)",
     "independent": "no privacy: each column resampled independently from the real table",
@@ -113,6 +118,7 @@ def write_spec(
     out_dir: Path,
     tag: str,
     options: dict[str, Any] | None = None,
+    synth_method: str | None = None,
 ) -> Path:
     """The table's spec for one release: data at ``data_path``, (eps, 1/n^2), workload
     ``marginals(3)`` only, no requirements or post-processing, outputs in ``out_dir``."""
@@ -126,7 +132,9 @@ def write_spec(
     spec.pop("requirements", None)
     spec.pop("postprocess", None)
     spec["synthesizer"]["rows"] = table.rows
-    if options:
+    if synth_method:
+        spec["synthesizer"] = {"method": synth_method, "rows": table.rows}
+    elif options:
         spec["synthesizer"]["options"] = {**spec["synthesizer"].get("options", {}), **options}
     out_dir.mkdir(parents=True, exist_ok=True)
     spec["output"] = {
@@ -167,7 +175,7 @@ def method_dpql(job: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
 
         legacy_rounding.patch()
     t = time.perf_counter()
-    res = dc.compile_release(job["spec"], seed=job["run"])
+    res = dc.compile_release(job["spec"], seed=job["run"], force=True)  # reruns replace
     wall = time.perf_counter() - t
     rec = res.record
     synth = rec["synthesizer"]
@@ -251,6 +259,8 @@ def method_independent(job: dict[str, Any]) -> dict[str, Any]:
 RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "dpql": method_dpql,
     "dpql-shared-shift": lambda job: method_dpql(job, legacy=True),
+    "dpql-aim": method_dpql,
+    "dpql-auto": method_dpql,
     "mst": method_peer,
     "aim": method_peer,
     "independent": method_independent,
@@ -526,7 +536,8 @@ def run_one(
     tag = f"{table.name}_eps{eps_key(eps)}_{method}_run{run}"
     out_dir = workdir / "runs" / table.name
     spec = write_spec(
-        table, data_path, eps, out_dir, tag, options if method.startswith("dpql") else None
+        table, data_path, eps, out_dir, tag, options if method.startswith("dpql") else None,
+        synth_method=DPQL_SYNTH.get(method),
     )
     job = {
         "method": method, "table": table.name, "epsilon": eps, "run": run, "rows": table.rows,

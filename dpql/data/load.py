@@ -258,7 +258,7 @@ def rules_from_spec(spec: ReleaseSpec) -> tuple[dict[str, MissingPolicy], dict[s
             missing[name] = Fill(col.fill)
         elif rule == "other" and catch_all is not None:
             missing[name] = Fill(catch_all)
-        elif rule in ("error", "drop"):
+        elif rule in ("error", "drop", "keep"):
             missing[name] = rule
         if catch_all is not None:
             other[name] = catch_all

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dpql.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy
-from dpql.domain import CategoricalColumn, Domain, NumericColumn
+from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, NumericColumn
 from dpql.plan.ir import (
     REAL_GRID,
     And,
@@ -101,6 +101,14 @@ class Dialect:
             return f"(NULLIF(list_position([{items}], {expr}), 0) - 1)"
         return f"(NULLIF(array_position(array({items}), {expr}), 0) - 1)"
 
+    def group_code(self, index: str, parent: Sequence[int]) -> str:
+        """The group code of a grouped column's fine-value ``index`` (0-based; NULL stays NULL):
+        one positional lookup in the public list of group codes."""
+        items = ", ".join(str(int(p)) for p in parent)
+        if self.name == "duckdb":
+            return f"list_extract([{items}], {index} + 1)"
+        return f"element_at(array({items}), CAST({index} AS INT) + 1)"
+
     def materialise(self, name: str, select: str) -> str:
         if self.name == "duckdb":
             return f"CREATE OR REPLACE TEMP TABLE {name} AS {select}"
@@ -150,7 +158,11 @@ def _raw(src: str, storage: Storage, col: NumericColumn | CategoricalColumn, d: 
 def _value(r: str, storage: Storage, col: NumericColumn | CategoricalColumn, d: Dialect) -> str:
     """The cell's code or DOUBLE value from the cleaned cell ``r``; NULL when invalid."""
     if isinstance(col, CategoricalColumn):
-        return d.category_code(r, col.values)
+        code = d.category_code(r, col.labels)
+        if col.parent is None:
+            return code
+        # a grouped column: the fine value's index, then its group's code by list indexing
+        return d.group_code(code, col.parent)
     if storage == "text":
         return f"CASE WHEN {d.full_match(r, NUMBER_PATTERN)} THEN CAST({r} AS DOUBLE) END"
     if storage == "float":
@@ -185,8 +197,10 @@ def _effective(
 ) -> str:
     """The value after the missing/other policies (NULL on rows that are dropped or errors)."""
     if isinstance(col, CategoricalColumn):
-        fill = str(col.values.index(policy.value)) if isinstance(policy, Fill) else "NULL"
-        catch = str(col.values.index(other)) if other is not None else "NULL"
+        fill = str(col.code_of_label(str(policy.value))) if isinstance(policy, Fill) else "NULL"
+        if policy == "keep" and col.null_code is not None:
+            fill = str(col.null_code)  # missing: keep, the null category
+        catch = str(col.code_of_label(other)) if other is not None else "NULL"
         return f"COALESCE(v{i}, CASE WHEN m{i} THEN {fill} ELSE {catch} END)"
     if isinstance(policy, Fill):
         return f"COALESCE(v{i}, {double(float(policy.value))})"
@@ -240,13 +254,21 @@ def coded_sql(
             clipped.append(f"e{i}")
             items.append(f"CAST(e{i} AS INTEGER) AS c{i}")
             continue
-        clipped.append(f"LEAST(GREATEST(e{i}, {double(col.lo)}), {double(col.hi)}) AS x{i}")
+        x = f"LEAST(GREATEST(e{i}, {double(col.lo)}), {double(col.hi)})"
+        if col.null_code is not None:  # GREATEST skips NULLs: keep a missing cell NULL
+            x = f"CASE WHEN e{i} IS NULL THEN NULL ELSE {x} END"
+        clipped.append(f"{x} AS x{i}")
         # bin_of = searchsorted(edges, x, "right") - 1 clipped to [0, card) = #inner edges <= x
         arms = " ".join(
-            f"WHEN x{i} >= {double(col.edges[b])} THEN {b}" for b in range(col.card - 1, 0, -1)
+            f"WHEN x{i} >= {double(col.edges[b])} THEN {b}" for b in range(col.bins - 1, 0, -1)
         )
+        u = f"(x{i} - {double(col.lo)}) / {double(col.span)}"
+        if col.null_code is not None:  # missing: keep, the null bin (x is NULL only if missing
+            # here: invalid cells are errors) with scaled value NULL_SCALED
+            arms = f"WHEN x{i} IS NULL THEN {col.null_code} {arms}"
+            u = f"COALESCE({u}, {double(NULL_SCALED)})"
         items.append(f"CAST(CASE {arms} ELSE 0 END AS INTEGER) AS c{i}" if arms else f"0 AS c{i}")
-        items.append(f"(x{i} - {double(col.lo)}) / {double(col.span)} AS u{i}")
+        items.append(f"{u} AS u{i}")
     first = ", ".join([*effective, *states, f"({' AND '.join(dropped) or 'TRUE'}) AS keep"])
     return (
         f"SELECT {', '.join(items + flags)} FROM (SELECT {', '.join(clipped + flags)} FROM "

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -46,33 +45,11 @@ def default_report_dir(spec: LoadedSpec, synthetic: Path) -> Path:
 def plain_progress(
     stream: TextIO | None = None, every: float = 5.0
 ) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    """Progress as plain lines (stderr not a terminal: logs, CI), e.g.
-    ``evaluate: dimension-wise prediction 12/30, 2.1 s, about 3.2 s left``: a line when a step
-    starts, at most one every ``every`` seconds while it runs, and one when it ends. Steps run
-    one after another: a step's clock starts at the previous update of any step."""
-    start: dict[str, float] = {}
-    last: dict[str, float] = {}
-    ended: set[str] = set()
-    previous = [time.perf_counter()]
+    """:func:`dpql.progress.plain_progress` with the ``evaluate:`` prefix, e.g.
+    ``evaluate: dimension-wise prediction 12/30, 2.1 s, about 3.2 s left``."""
+    from dpql.progress import plain_progress as lines
 
-    def update(step: str, done: int, total: int) -> None:
-        now = time.perf_counter()
-        begin = step not in start
-        start.setdefault(step, previous[0])
-        previous[0] = now
-        finished = done >= total
-        if step in ended or not (begin or finished or now - last[step] >= every):
-            return
-        last[step] = now
-        elapsed = now - start[step]
-        line = f"evaluate: {step} {done}/{total}, {elapsed:.1f} s"
-        if 0 < done < total:
-            line += f", about {elapsed / done * (total - done):.1f} s left"
-        if finished:
-            ended.add(step)
-        print(line, file=stream or sys.stderr, flush=True)
-
-    return update, lambda: None
+    return lines("evaluate", stream, every)
 
 
 def _read(path: Path) -> pd.DataFrame:
@@ -134,8 +111,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {c.mean:.4g}  max {c.max:.4g}")
     verdict = {True: "pass", False: "FAIL", None: "-"}
     for r in report.requirements:
+        # a model requirement is compile's test: one model fitted on the synthetic table,
+        # its metric on the real table vs on the synthetic table
+        model = " (model fitted on synthetic)" if r.train_on_real is not None else ""
         print(
-            f"  {verdict[r.passed]:<4} {r.requirement}: real {r.real:.4g}, "
+            f"  {verdict[r.passed]:<4} {r.requirement}{model}: real {r.real:.4g}, "
             f"synthetic {r.synthetic:.4g} ({r.tolerance or 'no tolerance'})"
         )
     for t in report.tstr:

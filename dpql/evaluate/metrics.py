@@ -62,12 +62,13 @@ def distribution(t: EncodedTable, column: str) -> np.ndarray:
 def bin_labels(domain: Domain, column: str) -> tuple[str, ...]:
     """Category names, or ``[lo, hi)`` of each public bin (the last bin is closed)."""
     col = domain[column]
+    null = ("(missing)",) if col.nullable else ()
     if isinstance(col, CategoricalColumn):
-        return col.values
+        return (*col.values, *null)
     e = col.edges
     return tuple(
-        f"[{e[i]:.4g}, {e[i + 1]:.4g}{']' if i == col.card - 1 else ')'}" for i in range(col.card)
-    )
+        f"[{e[i]:.4g}, {e[i + 1]:.4g}{']' if i == col.bins - 1 else ')'}" for i in range(col.bins)
+    ) + null
 
 
 @dataclass(frozen=True)

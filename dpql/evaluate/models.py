@@ -158,11 +158,12 @@ def tstr_scores(
 class RequirementCheck:
     """One requirement measured on the real and the synthetic table.
 
-    ``real`` is the statistic on the real table; for a model requirement it is the metric of a
-    model trained *and* evaluated on the real table (the empirical risk of the excess-risk
-    paper, `excess_risk.md`). ``synthetic`` is the statistic on the synthetic table; for a model,
-    the metric on the real table of the model trained on the synthetic table, and
-    ``synthetic_in_sample`` that model's metric on the synthetic table. ``error`` is
+    ``real`` is the statistic on the real table, ``synthetic`` on the synthetic table. A model
+    requirement is the test ``dpql compile`` runs (``dpql.postprocess.accept``, spec/language.md
+    §5.2): ONE model, fitted on the synthetic table; ``real`` is its metric on the real table,
+    ``synthetic`` its metric on the synthetic table, ``within t`` compares the two and a bound
+    ``metric OP b`` applies to ``real``. ``train_on_real`` is, for reference only, the metric
+    of a model trained *and* evaluated on the real table (not part of the test). ``error`` is
     ``|real - synthetic|``; ``passed`` is None when there is nothing to check.
     """
 
@@ -174,7 +175,7 @@ class RequirementCheck:
     error: float
     tolerance: str
     passed: bool | None
-    synthetic_in_sample: float | None = None
+    train_on_real: float | None = None
 
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -235,14 +236,17 @@ def check_requirement(
     ``corr`` is Pearson's correlation (a categorical column by its codes); ``mean`` is in the
     column's original units; ``count`` is the *fraction* of rows, like the count queries.
     """
-    in_sample: float | None = None
+    reference: float | None = None
+    bound_on = "synthetic"
     if isinstance(req, ModelRequirement):
+        # compile's test: the model fitted on the synthetic table, scored on both tables
         on_real = _model_metrics(req, real, [real])[0]
         syn_on_real, syn_on_syn = _model_metrics(req, synthetic, [real, synthetic])
         stat = req.tolerance.metric or ("accuracy" if req.model == "logistic" else "r2")
         if stat not in on_real:
             raise ValueError(f"{req.text or req.model}: unknown metric {stat!r}")
-        kind, a, b, in_sample = req.model, on_real[stat], syn_on_real[stat], syn_on_syn[stat]
+        kind, a, b, reference = req.model, syn_on_real[stat], syn_on_syn[stat], on_real[stat]
+        bound_on = "real"
     elif isinstance(req, CorrRequirement):
         i, j = real.domain.names.index(req.a), real.domain.names.index(req.b)
         kind = stat = "corr"
@@ -261,8 +265,8 @@ def check_requirement(
     if tol.within is not None:
         passed = bool(error <= tol.within)
     elif tol.op in _OPS and tol.bound is not None:
-        passed = bool(_OPS[tol.op](b, tol.bound))
+        passed = bool(_OPS[tol.op](a if bound_on == "real" else b, tol.bound))
     return RequirementCheck(
         req.text or kind, kind, stat, float(a), float(b), float(error), _tolerance_text(tol),
-        passed, None if in_sample is None else float(in_sample),
+        passed, None if reference is None else float(reference),
     )  # fmt: skip

@@ -21,8 +21,8 @@ import numpy as np
 from dpql.evaluate._deps import require
 from dpql.evaluate.metrics import Histogram
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport
-from dpql.evaluate.workload import Progress
 from dpql.io import CURATOR_MODE, atomic_path
+from dpql.progress import Progress
 
 REAL, SYNTH = "#1f77b4", "#ff7f0e"
 

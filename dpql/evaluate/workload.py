@@ -11,7 +11,7 @@ Per query (answers from :func:`dpql.plan.exact.answer_all`, averages over rows):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,8 +24,7 @@ from dpql.plan.ir import (
     Marginal,
     Query,
 )
-
-Progress = Callable[[str, int, int], None]  # progress(step, done, total)
+from dpql.progress import Progress
 
 # queries answered per answer_all call: bounds the latency between progress reports
 _BATCH = 64

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from dpql.diagnostics import Diagnostic, SourcePos
 from dpql.domain import Domain, NumericColumn
 from dpql.plan.ir import (
+    CorrRequirement,
     ModelRequirement,
     Requirement,
     Tolerance,
@@ -147,6 +148,16 @@ def bound_can_hold(req: Requirement, domain: Domain) -> bool:
     return {">=": b <= hi, ">": b < hi, "<=": b >= lo, "<": b > lo}.get(t.op or "", True)
 
 
+def _value_width(req: Requirement) -> float | None:
+    """Width of the range a ``within`` requirement's value lies in, when it is bounded:
+    a correlation in [-1, 1]; accuracy and f1 in [0, 1]."""
+    if isinstance(req, CorrRequirement):
+        return 2.0
+    if isinstance(req, ModelRequirement) and tested_metric(req) in ("accuracy", "f1"):
+        return 1.0
+    return None
+
+
 def plan_diagnostics(
     req: Requirement,
     *,
@@ -203,13 +214,21 @@ def plan_diagnostics(
         else:
             hint = "no budget up to epsilon 1000 reaches it"
         spread = f"{Z * predicted:.2g}" if math.isfinite(predicted) else "unbounded"
+        width = _value_width(req)
+        loosen = f"or loosen the tolerance to {spread}"
+        if width is not None and not Z * predicted < width:
+            # a tolerance as wide as the statistic's range accepts any table: never offer it
+            loosen = (
+                f"no tolerance can be met at this budget: the statistic lies in a range of "
+                f"width {width:g}, so a tolerance of {spread} would accept any table"
+            )
         return [
             Diagnostic(
                 "W506",
                 f"{name}: the DP measurement's {Z:g} sd ({spread}) exceeds the tolerance "
                 f"{t.within:g}, so its verdict will likely be inconclusive",
                 pos,
-                f"{hint} (or postprocess.share), or loosen the tolerance to {spread}",
+                f"{hint} (or postprocess.share); {loosen}",
                 "warning",
             )
         ]

@@ -40,7 +40,10 @@ def describe_pred(p: Pred, domain: Domain) -> str:
     if isinstance(p, CatIn):
         cat = domain[p.column]
         assert isinstance(cat, CategoricalColumn)
-        names = [f'"{cat.values[c]}"' for c in sorted(p.codes)]
+        # the null category of a nullable (missing: keep) column has no value to quote
+        names = [
+            f'"{cat.values[c]}"' if c < len(cat.values) else "<missing>" for c in sorted(p.codes)
+        ]
         if len(names) == 1:
             return f"{p.column} == {names[0]}"
         return f"{p.column} in {{{', '.join(names)}}}"

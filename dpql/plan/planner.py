@@ -102,8 +102,9 @@ class RequirementPlan:
 
 
 def _diagnostic_json(d: Diagnostic) -> dict[str, Any]:
-    """A plan diagnostic without the spec's file path, so the plan (and its hash in the
-    provenance record) does not depend on where the spec is checked out."""
+    """A plan diagnostic without the spec's file path, so the plan does not depend on where the
+    spec is checked out. (Its line and column stay for the reader; the plan's hash in the
+    provenance record leaves them out: ``dpql.provenance.sha256_json``.)"""
     out = d.to_json()
     out.pop("file", None)
     out.pop("end_col", None)

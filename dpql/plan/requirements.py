@@ -140,6 +140,16 @@ def _error(code: str, message: str, hint: str, req: Requirement | None = None) -
 def _column(domain: Domain, name: str, req: Requirement) -> NumericColumn | CategoricalColumn:
     if name not in domain:
         raise _error("E501", f"unknown column '{name}'", "use a column of the schema", req)
+    if domain[name].nullable:
+        # a kept-missing cell has no value: its moments would count it as 0 (NULL_SCALED)
+        raise _error(
+            "E501",
+            f"column '{name}' has missing: keep, so its missing cells have no value to "
+            "average or regress on; this requirement cannot be estimated",
+            f"condition on its values instead (e.g. count(...) or mean(... | ...) over "
+            f"{name}), or set schema.{name}.missing to fill or drop",
+            req,
+        )
     return domain[name]
 
 

@@ -153,7 +153,14 @@ def _category(s: _Scope, col: CategoricalColumn, v: A.Value) -> int | None:
     if text in col.values:
         return col.code_of(text)
     shown = A.string_text(text) if isinstance(v, A.StringLit) else text
-    hint = did_you_mean(text, col.values) or f"its categories are: {', '.join(col.values)}"
+    listed = ", ".join(col.values[:20]) + (f" and {col.card - 20:,} more" if col.card > 20 else "")
+    hint = did_you_mean(text, col.values) or f"its categories are: {listed}"
+    if col.fine is not None and text in col.fine:  # a grouped column: the workload sees groups
+        hint = (
+            f"'{col.name}' is grouped (schema.{col.name}.group): the workload and requirements "
+            f"name its groups, e.g. {col.values[0]!r}; {shown} is in group "
+            f"{col.values[col.code_of_label(text)]!r}"
+        )
     s.error("E304", f"{shown} is not a category of '{col.name}'", v, hint)
     return None
 
@@ -262,11 +269,47 @@ def _count_ok(s: _Scope, node: A.WorkloadNode, count: int, what: str) -> bool:
     return True
 
 
+#: A categorical column with more values than this gets a hint to group them (E305, W302).
+LARGE_CATEGORICAL = 1_000
+
+
+def _marginal_hint(s: _Scope, m: Marginal) -> str:
+    """How to shrink marginal ``m``: coarser bins only when it has numeric columns."""
+    nums = [c for c in m.columns if isinstance(s.domain[c], NumericColumn)]
+    if nums:
+        listed = ", ".join(f"'{c}'" for c in nums)
+        return f"declare coarser `bins:`/`edges:` for {listed}, or use fewer columns"
+    widest = max(m.columns, key=lambda c: s.domain[c].card)
+    return (
+        f"use fewer columns, or group the values of '{widest}' "
+        f"({s.domain[widest].card:,} categories) with a public `group: {{file: ...}}`"
+    )
+
+
 def _sized(s: _Scope, node: A.WorkloadNode, marginals: list[Marginal], n: int) -> list[Query]:
     """``marginals`` unless one has more than MAX_MARGINAL_CELLS cells (E305)."""
     cells = [m.cells(s.domain) for m in marginals]
     too_big = [c for c in cells if c > MAX_MARGINAL_CELLS]
-    hint = "declare coarser `bins:`/`edges:` for numeric columns, or use fewer columns"
+    hint = (
+        _marginal_hint(s, marginals[max(range(len(cells)), key=cells.__getitem__)])
+        if marginals
+        else "use fewer columns"
+    )
+    large = sorted(
+        {
+            c
+            for m in marginals
+            for c in m.columns
+            if isinstance(col := s.domain[c], CategoricalColumn) and col.card > LARGE_CATEGORICAL
+        },
+        key=lambda c: -s.domain[c].card,
+    )
+    if large:  # a large categorical column: the fix is a public grouping of its values
+        hint = (
+            f"group the values of '{large[0]}' ({s.domain[large[0]].card:,} categories) with a "
+            "public `group: {file: ...}` so marginals use the groups (spec/language.md §10), "
+            "or use fewer columns"
+        )
     if too_big:
         big = max(range(len(cells)), key=cells.__getitem__)
         largest = A.to_dsl(A.Marginal(tuple(A.Column(c) for c in marginals[big].columns)))

@@ -57,6 +57,9 @@ STARTUP_SECONDS = 20.0  # imports, XLA compilation of the fit
 SECONDS_PER_CELL_IO = 1.5e-6  # reading or writing one cell of a CSV
 SECONDS_PER_DATA_OP = 2e-9  # one multiply-add of an exact query over the data
 SECONDS_PER_MEASURE = 2.3e-6  # one post-processing measure on one synthetic row (all passes)
+# The SQL engines code a categorical cell by its position in the public list of values (linear in
+# the list): about 7 us per row for 10,000 values on 2 DuckDB threads (benchmarks/RESULTS.md).
+SECONDS_PER_LABEL_SCAN = 7e-10
 SECONDS_PER_GAN_FLOP = 5e-11  # DP-SGD: 6 flops per parameter and example (forward, backward)
 
 
@@ -319,8 +322,11 @@ def estimate(
     }
     phase = max(phases, key=phases.__getitem__)
     peak = BASE_BYTES + persistent + phases[phase]
+    # Rows beyond what the in-memory engine holds are coded by the SQL engines' list lookup.
+    labels = sum(len(c.labels) for c in domain.categorical)
     seconds = (
         2.0
+        + (n - n_mem) * labels * SECONDS_PER_LABEL_SCAN
         + n * cols * SECONDS_PER_CELL_IO
         + data_ops * SECONDS_PER_DATA_OP
         + fit_seconds

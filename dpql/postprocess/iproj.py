@@ -29,7 +29,8 @@ Everything after step 1 is post-processing of DP outputs. Diagnostics (stable co
 ``E503`` no usable synthetic rows; ``W501`` one distinct row (nothing can move); ``W502`` a measure
 is constant on the synthetic rows; ``W503`` rows with NaN dropped from the support; ``W504`` the
 noisy target lies far outside what the synthetic support can reach (more than noise explains);
-``W505`` the dual solver stopped with a KKT violation above tolerance.
+``W505`` the dual solver stopped with a KKT violation above tolerance; ``W508`` the reweighting
+was held at the effective-sample-size floor (the targets need a concentrated table).
 """
 
 from __future__ import annotations
@@ -53,9 +54,8 @@ from dpql.plan.requirements import Release, joint_release, release_rhos
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
-    import pandas as pd
 
-    from dpql.privacy.ledger import Ledger
+    pass
 
 PHASE = "iproj.measure"
 SWEEPS = 20_000  # at most, per proximal Newton direction
@@ -245,25 +245,38 @@ def _prox_newton_step(
 
 
 def _newton(
-    Fc: np.ndarray, gamma: np.ndarray, max_iter: int, tol: float, lam_cap: float
+    Fc: np.ndarray,
+    gamma: np.ndarray,
+    max_iter: int,
+    tol: float,
+    lam_cap: float,
+    ridge: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Damped proximal Newton with Armijo backtracking on f(lam) + gamma ||lam||_1."""
+    """Damped proximal Newton with Armijo backtracking on
+    f(lam) + sum_k ridge_k lam_k^2 / 2 + gamma ||lam||_1 (``ridge`` 0: the hard I-projection)."""
     K = Fc.shape[1]
+    r = np.zeros(K) if ridge is None else np.asarray(ridge, dtype=np.float64)
     with jax.enable_x64(True):
         Fj, gj = jnp.asarray(Fc, dtype=jnp.float64), jnp.asarray(gamma, dtype=jnp.float64)
+        rj = jnp.asarray(r)
+
+        def terms(x: np.ndarray) -> tuple[float, jax.Array, jax.Array]:
+            f0, g0, H0 = _newton_terms(jnp.asarray(x), Fj)
+            return float(f0) + 0.5 * float(r @ (x * x)), g0 + rj * x, H0 + jnp.diag(rj)
+
         lam = np.zeros(K)
-        f, g, H = _newton_terms(jnp.asarray(lam), Fj)
+        f, g, H = terms(lam)
         it = 0
         for it in range(1, max_iter + 1):  # noqa: B007 (it is returned)
             if _kkt(np.asarray(-g), lam, gamma) <= tol or np.max(np.abs(lam)) > lam_cap:
                 break
             d = np.asarray(_prox_newton_step(g, H, jnp.asarray(lam), gj, SWEEPS))
-            obj = float(f) + gamma @ np.abs(lam)
+            obj = f + gamma @ np.abs(lam)
             decrease = float(np.asarray(g) @ d) + gamma @ (np.abs(lam + d) - np.abs(lam))
             t = 1.0
             while t > 1e-10:
-                f2, g2, H2 = _newton_terms(jnp.asarray(lam + t * d), Fj)
-                if float(f2) + gamma @ np.abs(lam + t * d) <= obj + 0.25 * t * min(decrease, 0):
+                f2, g2, H2 = terms(lam + t * d)
+                if f2 + gamma @ np.abs(lam + t * d) <= obj + 0.25 * t * min(decrease, 0):
                     break
                 t /= 2
             lam, f, g, H = lam + t * d, f2, g2, H2
@@ -279,7 +292,13 @@ class DualSolution:
 
 
 def _stochastic(
-    Fc: np.ndarray, gamma: np.ndarray, epochs: int, batch: int, alpha0: float, seed: int
+    Fc: np.ndarray,
+    gamma: np.ndarray,
+    epochs: int,
+    batch: int,
+    alpha0: float,
+    seed: int,
+    ridge: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
     """Algorithm 1 of the paper with the digest's log-domain fix (sec. 2 step 5): numerator on
     batch B_t at lambda_t, denominator tau from the previous batch at the current lambda;
@@ -290,6 +309,7 @@ def _stochastic(
     with jax.enable_x64(True):
         Fj = jnp.asarray(Fc, dtype=jnp.float64)
         g = jnp.asarray(gamma, dtype=jnp.float64)
+        rj = jnp.zeros(K) if ridge is None else jnp.asarray(ridge, dtype=jnp.float64)
 
         @jax.jit
         def epoch(carry: tuple, xs: tuple) -> tuple:
@@ -300,7 +320,7 @@ def _stochastic(
                 B = Fj[idx]
                 s = -B @ lam
                 ratio = jnp.mean(jnp.exp(s - logtau)[:, None] * B, axis=0)
-                z = lam + alpha * ratio
+                z = lam + alpha * (ratio - rj * lam)
                 lam = jnp.sign(z) * jnp.maximum(jnp.abs(z) - alpha * g, 0.0)
                 logtau = jax.nn.logsumexp(-B @ lam) - jnp.log(B.shape[0])
                 return (lam, logtau), None
@@ -327,8 +347,13 @@ def solve_dual(
     alpha0: float | None = None,
     seed: int = 0,
     lam_cap: float = 1e4,
+    ridge: float | np.ndarray = 0.0,
 ) -> DualSolution:
     """lambda* of ``min f(lambda) + gamma ||lambda||_1`` (paper eq. 5); w ∝ exp(-Fc lambda).
+
+    ``ridge`` (K,; Newton only) adds ``sum_k ridge_k lambda_k^2 / 2``: the dual of the penalised
+    (MAP) I-projection ``min KL(w || uniform) + sum_k (E_w f_k - a_k)^2 / (2 ridge_k)``, which
+    moves each moment only part of the way, by ``Var_k / (Var_k + ridge_k)`` near the start.
 
     ``auto`` uses Newton unless rows * K > ``STOCHASTIC_ABOVE``. Newton stops at KKT violation
     ``tol`` or when ``max |lambda|`` passes ``lam_cap`` (the dual is unbounded below when the
@@ -341,11 +366,12 @@ def solve_dual(
     gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), (F.shape[1],)).copy()
     if method == "auto":
         method = "stochastic" if F.size > STOCHASTIC_ABOVE else "newton"
+    rid = np.broadcast_to(np.asarray(ridge, dtype=np.float64), (F.shape[1],)).copy()
     if method == "newton":
-        lam, it = _newton(Fc, gam, max_iter, tol, lam_cap)
+        lam, it = _newton(Fc, gam, max_iter, tol, lam_cap, rid if rid.any() else None)
     else:
         a0 = alpha0 if alpha0 is not None else min(0.5, 4.0 / F.shape[1])
-        lam, it = _stochastic(Fc, gam, epochs, min(batch, F.shape[0]), a0, seed)
+        lam, it = _stochastic(Fc, gam, epochs, min(batch, F.shape[0]), a0, seed, rid)
     s = -Fc @ lam
     w = np.exp(s - s.max())
     return DualSolution(lam, w / w.sum(), it, method)
@@ -419,6 +445,10 @@ class IProjResult:
     method: str
     iterations: int
     diagnostics: tuple[Diagnostic, ...] = field(default=())
+    prior_rows: float | None = None  # MAP prior strength (None: the hard I-projection)
+    ess_floor: float = 0.0  # the floor on ess, in rows
+    shrink: float = 1.0  # fraction of the way to the target kept to respect ess_floor
+    resampling_shift: float = 0.0  # max_k |after_k - reweighted_k| / sigma_k
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the provenance record's ``postprocess`` section: no rows, no weights.
@@ -445,6 +475,10 @@ class IProjResult:
             "kkt_violation": self.kkt_violation,
             "kl_from_synthetic": self.kl,
             "effective_sample_size": self.ess,
+            "prior_rows": self.prior_rows,
+            "ess_floor": self.ess_floor,
+            "shrink": self.shrink,
+            "resampling_shift_sd": self.resampling_shift,
             "sampling_seed": self.seed,
             "lambda": vec(self.lam),
             "noisy": vec(self.noisy),
@@ -455,7 +489,9 @@ class IProjResult:
         }
 
 
-def _support_warnings(F: np.ndarray, queries: Sequence[Query]) -> list[Diagnostic]:
+def _support_warnings(
+    F: np.ndarray, queries: Sequence[Query], domain: Domain | None = None
+) -> list[Diagnostic]:
     out = []
     if np.unique(F, axis=0).shape[0] == 1:
         out.append(
@@ -474,7 +510,7 @@ def _support_warnings(F: np.ndarray, queries: Sequence[Query]) -> list[Diagnosti
             Diagnostic(
                 "W502",
                 f"{const.size} measure(s) are constant on the synthetic rows and cannot move "
-                f"(first: {_query_text(queries, const[0], F.shape[1])})",
+                f"(first: {_query_text(queries, const[0], F.shape[1], domain)})",
                 hint="the synthetic table lacks variation in these columns",
                 severity="warning",
             )
@@ -482,8 +518,16 @@ def _support_warnings(F: np.ndarray, queries: Sequence[Query]) -> list[Diagnosti
     return out
 
 
-def _query_text(queries: Sequence[Query], cell: int, K: int) -> str:
-    return repr(queries[cell]) if len(queries) == K else f"cell {cell}"
+def _query_text(queries: Sequence[Query], cell: int, K: int, domain: Domain | None = None) -> str:
+    """The measure as the spec's language writes it (``count(savings == "A63")``), never the
+    IR's repr."""
+    if len(queries) != K:
+        return f"cell {cell}"
+    if domain is None:
+        return repr(queries[cell])
+    from dpql.plan.describe import describe_query
+
+    return describe_query(queries[cell], domain)
 
 
 def iproject(
@@ -496,8 +540,19 @@ def iproject(
     rows: int | None = None,
     method: Literal["auto", "newton", "stochastic"] = "auto",
     kkt_tol: float = 1e-6,
+    prior_rows: float | None = None,
+    ess_floor: float = 0.0,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
+
+    Noise-aware (``prior_rows`` set): the MAP reweighting ``min prior_rows * KL(w || uniform) +
+    sum_k (E_w f_k - a_k)^2 / (2 sigma_k^2)``, the synthetic table read as a prior worth
+    ``prior_rows`` rows (ridge ``prior_rows * sigma_k^2`` in the dual): a table within noise of a
+    target barely moves, and a noisy measure moves it less than a precise one. ``None``: the
+    paper's hard I-projection. ``ess_floor`` (fraction of the usable rows): when the weights'
+    effective sample size would fall below it, the target is pulled toward the synthetic
+    moments (by bisection on the fraction ``shrink`` of the way kept) until it does not, with
+    ``W508`` giving the figures.
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -529,7 +584,7 @@ def iproject(
             )
         )
     Fk = F[ok]
-    diags.extend(_support_warnings(Fk, measurement.queries))
+    diags.extend(_support_warnings(Fk, measurement.queries, table.domain))
     K = Fk.shape[1]
     scale = 1.0 / measurement.sigma  # the noise's own metric (one release: Euclidean)
     aff = project_to_affine_hull(Fk, measurement.noisy, scale=scale)
@@ -545,8 +600,43 @@ def iproject(
         # breaks an identity between the measures (count(a) + count(not a) = 1) is removed by
         # the affine projection exactly, so it does not trigger this bias.
         target = (1 - eta) * target + eta * Fk.mean(axis=0)
-    sol = solve_dual(Fk, target, gamma, method=method, seed=seed)
-    viol = kkt_violation(Fk, target, gamma, sol)
+    ridge = 0.0 if prior_rows is None else float(prior_rows) * measurement.sigma**2
+    sol = solve_dual(Fk, target, gamma, method=method, seed=seed, ridge=ridge)
+    m = Fk.shape[0]
+    floor = float(ess_floor) * m
+    shrink = 1.0
+    ess0 = float(1.0 / np.sum(sol.weights**2))
+    if ess0 < floor:
+        start = Fk.mean(axis=0)
+        lo, hi, best = 0.0, 1.0, None
+        for _ in range(12):  # bisection on the fraction of the way to the target
+            mid = 0.5 * (lo + hi)
+            trial = solve_dual(
+                Fk, start + mid * (target - start), gamma, method=method, seed=seed, ridge=ridge
+            )
+            if 1.0 / np.sum(trial.weights**2) >= floor:
+                lo, best = mid, trial
+            else:
+                hi = mid
+        shrink = lo
+        target = start + lo * (target - start)
+        sol = best if best is not None else solve_dual(
+            Fk, target, gamma, method=method, seed=seed, ridge=ridge
+        )
+        diags.append(
+            Diagnostic(
+                "W508",
+                f"meeting the measured targets would concentrate the table on an effective "
+                f"{ess0:.0f} of {m} rows ({100 * ess0 / m:.1f}%); post-processing moved "
+                f"{100 * shrink:.0f}% of the way instead, keeping an effective "
+                f"{1.0 / np.sum(sol.weights**2):.0f} rows (floor {100 * ess_floor:.0f}%)",
+                hint="the synthetic table lacks rows like the real ones these requirements "
+                "describe; more budget for the synthesizer, or a looser requirement",
+                severity="warning",
+            )
+        )
+    resid = sol.weights @ Fk - target - ridge * sol.lam
+    viol = _kkt(resid, sol.lam, np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape))
     if whitened > 3 * math.sqrt(K):  # ||noise / sigma||_2 ~ sqrt(K) (chi with K dof)
         diags.append(
             Diagnostic(
@@ -574,6 +664,10 @@ def iproject(
     w[ok] = wk
     out = resample(table, w, rows if rows is not None else table.n, seed)
     nz = sol.weights[sol.weights > 0]
+    after = features(measurement.queries, out).mean(axis=0)
+    reweighted = wk @ Fk
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shift = np.abs(after - reweighted) / measurement.sigma
     return IProjResult(
         table=out,
         queries=measurement.queries,
@@ -583,8 +677,8 @@ def iproject(
         noisy=measurement.noisy,
         target=target,
         before=Fk.mean(axis=0),
-        reweighted=wk @ Fk,
-        after=features(measurement.queries, out).mean(axis=0),
+        reweighted=reweighted,
+        after=after,
         gamma=float(np.max(gamma)),
         projection_distance=distance,
         kkt_violation=viol,
@@ -594,39 +688,8 @@ def iproject(
         method=sol.method,
         iterations=sol.iterations,
         diagnostics=tuple(diags),
+        prior_rows=None if prior_rows is None else float(prior_rows),
+        ess_floor=floor,
+        shrink=shrink,
+        resampling_shift=float(np.nanmax(shift, initial=0.0)),
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# 5. External synthesizer: a table made elsewhere, post-processed here
-
-
-def external_table(
-    frame: pd.DataFrame,
-    domain: Domain,
-    *,
-    epsilon: float,
-    delta: float,
-    neighbouring: str,
-    ledger: Ledger,
-    label: str = "external synthetic table",
-    **encode_options: Any,
-) -> EncodedTable:
-    """Encode an externally generated synthetic DataFrame and charge its declared budget.
-
-    ``dpql.codec.encode_frame`` checks the frame against the schema (its diagnostics, E4xx,
-    surface as they are; ``encode_options`` such as ``missing`` pass through). The table's own
-    (epsilon, delta)-DP claim under ``neighbouring`` (``replace_one`` or ``add_remove``) enters
-    the ledger as one ``external`` event charging its replace-one conversion, so the accountant
-    composes it with the post-processing measurements.
-    """
-    from dpql.codec import encode_frame
-    from dpql.privacy.ledger import PrivacyEvent
-
-    table = encode_frame(frame, domain, **encode_options).table
-    ledger.append(
-        PrivacyEvent.external(
-            "synthesize", label, epsilon=epsilon, delta=delta, neighbouring=neighbouring
-        )
-    )
-    return table

@@ -4,7 +4,7 @@ the synthetic table toward them, resample, and run the DP acceptance tests."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,16 +25,65 @@ class PostprocessOutcome:
     table: EncodedTable
     iproj: IProjResult
     acceptance: tuple[ModelAcceptance | MomentAcceptance, ...]
+    workload: dict[str, Any] | None = None
 
     def requirements_json(self) -> list[dict[str, Any]]:
         return [a.to_json() for a in self.acceptance]
 
     def summary_json(self) -> dict[str, Any]:
         """The provenance record's ``postprocess`` section (DP outputs and public values)."""
-        return {"method": "iproj", **self.iproj.to_json()}
+        out = {"method": "iproj", **self.iproj.to_json(), **_measure_errors(self.iproj)}
+        if self.workload is not None:
+            out["workload"] = self.workload
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"iproj": self.iproj.to_json(), "requirements": self.requirements_json()}
+
+
+# The projection reads the synthetic table as a prior worth this many of its rows times its
+# row count (MAP, ``iproj.iproject(prior_rows=...)``), and never lets the weights' effective
+# sample size fall below ESS_FLOOR of the rows (W508). benchmarks/iproj/RESULTS.md, "issue 15".
+PRIOR_ROWS = 1.0
+ESS_FLOOR = 0.5
+
+
+def _measure_errors(res: IProjResult) -> dict[str, Any]:
+    """Each requirement measure's error against its noisy answer, before and after, in noise
+    sds (functions of DP outputs and public tables)."""
+
+    def vec(x: np.ndarray) -> list[float | None]:
+        return [float(v) if np.isfinite(v) else None for v in x]
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        before = np.abs(res.before - res.noisy) / res.sigma
+        after = np.abs(res.after - res.noisy) / res.sigma
+    return {"measure_error_sd_before": vec(before), "measure_error_sd_after": vec(after)}
+
+
+def workload_errors(
+    measurements: Sequence[tuple[Any, Any, float]], before: EncodedTable, after: EncodedTable
+) -> dict[str, Any]:
+    """The synthesizer's measured workload answers against the table before and after
+    post-processing: mean / max absolute error per cell and mean error in noise sds (the noisy
+    answers are DP outputs, the tables public; never the real data)."""
+    from dpql.plan.exact import answer_all
+
+    queries = [q for q, _, _ in measurements]
+    noisy = [np.ravel(np.asarray(a, dtype=np.float64)) for _, a, _ in measurements]
+    sd = np.concatenate([np.full(a.size, s, dtype=np.float64) for a, (_, _, s) in
+                         zip(noisy, measurements, strict=True)])  # fmt: skip
+    out: dict[str, Any] = {"measured_queries": len(queries), "cells": int(sd.size)}
+    for name, t in (("before", before), ("after", after)):
+        ans = answer_all(queries, t)
+        err = np.concatenate(
+            [np.abs(np.ravel(a) - m) for a, m in zip(ans, noisy, strict=True)]
+        )
+        out[f"mean_abs_error_{name}"] = float(err.mean())
+        out[f"max_abs_error_{name}"] = float(err.max())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[f"mean_error_sd_{name}"] = float(np.nanmean(err / sd))
+    return out
 
 
 def run_postprocess(
@@ -43,6 +92,7 @@ def run_postprocess(
     table: EncodedTable,
     seed: int,
     progress: Callable[[str, int, int], None] | None = None,
+    workload: Sequence[tuple[Any, Any, float]] = (),
 ) -> PostprocessOutcome:
     """The compile step after synthesis: measure the plan's requirement measures (phase
     ``iproj.measure``, noise spread over them by ``allocation.allocation_scales`` at the
@@ -76,11 +126,15 @@ def run_postprocess(
     tick(1)
     spec = getattr(plan, "spec", None)
     rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
-    result = iproject(table, measurement, seed=seed, rows=rows)
+    result = iproject(
+        table, measurement, seed=seed, rows=rows, prior_rows=PRIOR_ROWS * table.n,
+        ess_floor=ESS_FLOOR,
+    )  # fmt: skip
     tick(2)
     acceptance = acceptance_report(
         plan.requirements, result.table, oracle, plan.phase_rho.get("accept.test", 0.0), result,
         before=table, seed=seed,
     )  # fmt: skip
     tick(3)
-    return PostprocessOutcome(result.table, result, tuple(acceptance))
+    report = workload_errors(workload, table, result.table) if workload else None
+    return PostprocessOutcome(result.table, result, tuple(acceptance), report)

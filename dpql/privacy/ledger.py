@@ -62,7 +62,9 @@ _PARAMETERS: tuple[str, ...] = (
     "declared_epsilon",
     "declared_delta",
 )
-_OPTIONAL: frozenset[str] = frozenset({"l2_sensitivity"})  # the clip norm of a dpsgd event
+# fields a mechanism may leave out: only a dpsgd event's clip norm (a Gaussian event needs its
+# sensitivity, else its rho could not be recomputed)
+_OPTIONAL: dict[str, frozenset[str]] = {"dpsgd": frozenset({"l2_sensitivity"})}
 _RHO_RTOL = 1e-9
 EPSILON_RTOL = 1e-9  # the odometer's relative slack on the composed epsilon (float conversion)
 
@@ -98,7 +100,7 @@ class PrivacyEvent:
             value = getattr(self, name)
             if name not in used and value is not None:
                 raise ValueError(f"{self.mechanism} event has no field {name!r}")
-            if name in used and value is None and name not in _OPTIONAL:
+            if name in used and value is None and name not in _OPTIONAL.get(self.mechanism, ()):
                 raise ValueError(f"{self.mechanism} event needs {name!r}")
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and >= 0, got {value!r}")

@@ -20,7 +20,10 @@ every column; a column may override it with its own ``missing``:
 * ``fill``: replace a missing value by the column's public ``fill`` value (a category of
   ``values``, or a number in ``[min, max]``);
 * ``other`` (categorical only): map to the column's declared ``other`` category, the catch-all
-  that also receives values not listed in ``values``.
+  that also receives values not listed in ``values``;
+* ``keep``: missingness is a public state of the column, one extra code after its values (a
+  null category) or bins (a null bin), present whether or not the data has missing cells; it
+  is measured and synthesized like any other value and written back as an empty cell.
 
 Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
 is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
@@ -67,14 +70,14 @@ Delta = Annotated[float, Field(ge=MIN_DELTA, le=MAX_DELTA)]
 SplitShare = Annotated[float, Field(ge=MIN_SPLIT, le=1, allow_inf_nan=False)]
 DslStr = Annotated[str, Field(min_length=1, max_length=MAX_DSL_CHARS)]
 
-Method = Literal["rap", "gan", "external"]
+Method = Literal["rap", "gan", "external", "aim", "auto"]
 Phase = Literal["selection", "measurement", "autoencoder", "generator"]
 PHASES_OF_METHOD: dict[str, frozenset[str]] = {
     "rap": frozenset({"selection", "measurement"}),
     "gan": frozenset({"autoencoder", "generator"}),
     "external": frozenset(),
 }
-MissingRule = Literal["error", "drop", "fill", "other"]
+MissingRule = Literal["error", "drop", "fill", "other", "keep"]
 
 
 class _Model(BaseModel):
@@ -127,11 +130,50 @@ class NumericSpec(_Model):
         return data
 
 
+MAX_CATEGORIES = 1_000_000  # values of one categorical column (inline or from values_file)
+
+
+class GroupSpec(_Model):
+    """A public grouping of a categorical column's values (``dpql.spec.files``): a CSV file
+    mapping each fine value to its coarse group. The workload sees the column at the coarse
+    level; the released table keeps fine values, drawn uniformly within each group.
+    ``sha256`` and ``levels`` (the group of each value, in ``values`` order) are filled in when
+    the spec is loaded, so the normalised spec pins the file and is self-contained."""
+
+    file: NonEmptyStr | None = Field(
+        None, description="CSV with a header: a fine-value column and a group column."
+    )
+    fine: NonEmptyStr | None = Field(None, description="Fine-value column; default the first.")
+    coarse: NonEmptyStr | None = Field(None, description="Group column; default the second.")
+    sha256: str | None = Field(None, description="Filled in at load: sha256 of the file.")
+    levels: list[NonEmptyStr] | None = Field(
+        None, max_length=MAX_CATEGORIES, description="Group of each value (filled in at load)."
+    )
+
+
 class CategoricalSpec(_Model):
-    """A categorical column; the public ``values`` fix the codes (index in the list)."""
+    """A categorical column; the public ``values`` fix the codes (index in the list). The values
+    may come from a public ``values_file`` (one per line, or ``values_column`` of a CSV), read
+    when the spec is loaded (never the data file); its sha256 goes into ``values_sha256`` and
+    the values into the normalised spec."""
 
     type: Literal["categorical"]
-    values: list[NonEmptyStr] = Field(min_length=1, description="All categories, unique.")
+    values: list[NonEmptyStr] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_CATEGORIES,
+        description="All categories, unique (or give values_file).",
+    )
+    values_file: NonEmptyStr | None = Field(
+        None, description="Public file of the values, relative to the spec: one per line."
+    )
+    values_column: NonEmptyStr | None = Field(
+        None, description="With values_file: read this column of a CSV (with a header)."
+    )
+    values_sha256: str | None = Field(None, description="Filled in at load: sha256 of values_file.")
+    group: GroupSpec | None = Field(
+        None, description="Public grouping: marginals use the groups, the output fine values."
+    )
     other: str | None = Field(
         None, description="Catch-all category (one of values) for unlisted values."
     )
@@ -230,6 +272,27 @@ class GanOptions(_Model):
     generator_layer_norm: bool = True
     noise_multipliers: NoisePair | None = None
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    encoding: Literal["minmax", "bins"] = Field(
+        "minmax",
+        description="Numeric columns as one min-max-scaled coordinate (the paper's), or as a "
+        "one-hot block over their public bins plus a within-bin offset (issue 16).",
+    )
+    integer_levels: Annotated[int, Field(ge=0, le=256)] = Field(
+        16,
+        description="With encoding: bins, an integer column with at most this many values is "
+        "one-hot over its values (0: never).",
+    )
+    marginal_share: Annotated[float, Field(ge=0.0, le=0.5)] = Field(
+        0.0,
+        description="Fraction of the synthesizer's rho spent on DP 1-way marginals (one "
+        "Gaussian release, phase gan.marginals); the sampled table is resampled from a larger "
+        "pool of generated rows to match them. 0: no measurement, plain sampling.",
+    )
+    resample_pool: Annotated[int, Field(ge=1, le=16)] = Field(
+        4,
+        description="With marginal_share > 0: generated rows per synthetic row in the pool "
+        "the resampling draws from.",
+    )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None = None) -> GanOptions:
@@ -241,6 +304,45 @@ class GanSynthesizer(_Model):
     method: Literal["gan"]
     rows: Rows = Field(description="Rows of the synthetic table.")
     options: GanOptions = GanOptions()
+
+
+class AimOptions(_Model):
+    """AIM on mbi's graphical-model estimator (``dpql.synth.aim``): a fixed schedule of
+    ``rounds`` select-and-measure rounds after one release of every 1-way marginal."""
+
+    rounds: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
+        None, description="Adaptive rounds; default: one marginal per column (4 to 16), in "
+        "at most 6 rounds (dpql.synth.aim.default_rounds)."
+    )
+    per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
+        None, description="Marginals selected and measured per round; default: by the rule "
+        "above with rounds unset, else 1."
+    )
+    init_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.2
+    select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
+    max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] = Field(
+        20.0, description="Cap on the graphical model's size in MB (AIM's model-size filter)."
+    )
+    iters: Annotated[int, Field(gt=0, le=10**6)] = 250
+    final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any] | None = None) -> AimOptions:
+        """Build from a mapping (tests, benchmarks); raises ``ValueError`` on a bad option."""
+        return cls.model_validate(dict(options or {}), strict=False)
+
+
+class AimSynthesizer(_Model):
+    method: Literal["aim"]
+    rows: Rows = Field(description="Rows of the synthetic table.")
+    options: AimOptions = AimOptions()
+
+
+class AutoSynthesizer(_Model):
+    """The planner picks the backend and its options from public facts (``dpql.synth.auto``)."""
+
+    method: Literal["auto"]
+    rows: Rows = Field(description="Rows of the synthetic table.")
 
 
 Neighbouring = Literal["replace_one", "add_remove"]
@@ -273,7 +375,8 @@ class ExternalSynthesizer(_Model):
 
 
 SynthesizerSpec = Annotated[
-    RapSynthesizer | GanSynthesizer | ExternalSynthesizer, Field(discriminator="method")
+    RapSynthesizer | GanSynthesizer | ExternalSynthesizer | AimSynthesizer | AutoSynthesizer,
+    Field(discriminator="method"),
 ]
 
 
@@ -285,7 +388,11 @@ class PostprocessSpec(_Model):
 class OutputSpec(_Model):
     path: NonEmptyStr = Field(description="Synthetic table, relative to the spec file.")
     provenance: NonEmptyStr = Field(description="Provenance record (JSON).")
-    ledger: NonEmptyStr | None = Field(None, description="Mechanism-event ledger (JSONL).")
+    ledger: NonEmptyStr | None = Field(
+        None,
+        description="Lifetime release ledger (JSONL): one line per release (its budget, spend "
+        "and RDP curve), composed by dpql check --policy.",
+    )
     curator: NonEmptyStr | None = Field(
         None,
         description="CURATOR-ONLY file (true row count, clip counts, keyed HMAC of the data "
@@ -305,7 +412,7 @@ class ReleaseSpec(_Model):
     description: Annotated[str, Field(max_length=MAX_DESCRIPTION_CHARS)] = ""
     data: DataSpec
     columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1, max_length=MAX_COLUMNS)
-    missing: Literal["error", "drop"] = Field(
+    missing: Literal["error", "drop", "keep"] = Field(
         "error", description="Default missing-value rule of every column."
     )
     privacy: PrivacySpec
@@ -352,7 +459,7 @@ class Policy(_Model):
     max_delta: Probability
     lifetime: Lifetime | None = None
     forbidden_columns: list[NonEmptyStr] = Field(default_factory=list)
-    allowed_methods: list[Literal["rap", "gan", "iproj", "external"]] = Field(
-        default_factory=lambda: ["rap", "gan", "iproj", "external"]
+    allowed_methods: list[Literal["rap", "gan", "iproj", "external", "aim", "auto"]] = Field(
+        default_factory=lambda: ["rap", "gan", "iproj", "external", "aim", "auto"]
     )
     require: PolicyRequire = PolicyRequire()

@@ -19,11 +19,13 @@ first use, so adding one is a module under ``dpql/synth/`` plus its options mode
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from dpql.progress import Progress
 
 if TYPE_CHECKING:
     from dpql.domain import EncodedTable
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
     from dpql.privacy.noise import NoiseSource
     from dpql.spec.load import LoadedSpec
 
-Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class SynthResult:
 
     table: EncodedTable
     info: Mapping[str, Any]
+    #: the backend's own noisy workload answers, (query, noisy answer, noise sd) -- DP outputs
+    #: already paid for, handed to post-processing (which keeps and reports them) for free
+    measurements: tuple[tuple[Query, Any, float], ...] = ()
 
 
 class Synthesizer(Protocol):
@@ -129,6 +133,8 @@ BACKENDS: Mapping[str, str] = {
     "rap": "dpql.synth.rap:BACKEND",
     "gan": "dpql.synth.gan.backend:BACKEND",
     "external": "dpql.synth.external:BACKEND",
+    "aim": "dpql.synth.aim:BACKEND",
+    "auto": "dpql.synth.auto:BACKEND",
 }
 
 

@@ -66,8 +66,9 @@ class Layout:
         widths = np.zeros((len(nums), width))
         for j, c in enumerate(nums):
             se = c.scaled_edges
-            edges[j, : c.card] = se[:-1]
-            widths[j, : c.card] = np.diff(se)
+            # a nullable column's null bin (the last) stays at edge 0, width 0: NULL_SCALED
+            edges[j, : c.bins] = se[:-1]
+            widths[j, : c.bins] = np.diff(se)
         return Layout(domain, sizes, offsets, tuple(c.name for c in nums), edges, widths)
 
     @property

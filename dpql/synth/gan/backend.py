@@ -3,15 +3,26 @@
 
 Privacy boundary: DP-SGD reads private rows, through the data layer's row access
 (``ctx.private.rows()``), and appends one ``dpsgd`` event per phase before it trains.
+
+With ``marginal_share > 0`` (issue 16) the plan also reserves that fraction of the synthesizer's
+rho for one Gaussian release of every 1-way marginal (budget line ``gan.marginals``, measured
+through ``ctx.private.oracle`` before training) and calibrates DP-SGD on the rest, composed with
+it; sampling then draws the synthetic rows from ``resample_pool`` times as many generated rows,
+weighted by raking to the noisy marginals (post-processing of DP outputs).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
 from dpql.diagnostics import Diagnostic, DiagnosticError
+from dpql.domain import EncodedTable
+from dpql.plan.ir import Marginal, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.ledger import PrivacyEvent
 from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult
@@ -52,6 +63,25 @@ class GanBackend:
         )
         pos = doc.key_pos(where)
         options: GanOptions = spec.model.synthesizer.options
+        marginal_lines: tuple[BudgetLine, ...] = ()
+        if options.marginal_share > 0 and ctx.phase_rho.get("synthesizer", 0.0) > 0:
+            rho_m = options.marginal_share * ctx.phase_rho["synthesizer"]
+            queries = marginal_queries(spec.domain)
+            l2 = joint_l2_sensitivity(queries, spec.rows)
+            sigma = l2 / math.sqrt(2 * rho_m)
+            others.append(
+                PrivacyEvent(
+                    MARGINAL_PHASE,
+                    "gaussian",
+                    "planned gan 1-way marginals",
+                    l2_sensitivity=l2,
+                    noise_scale=sigma,
+                    rho=rho_m,
+                )
+            )
+            marginal_lines = (
+                BudgetLine(f"gan.{MARGINAL_PHASE}", "gaussian", 1, rho_m, sigma, spec.rows),
+            )
         target = SimpleNamespace(epsilon=ctx.epsilon, delta=ctx.delta)
         try:
             gan = plan_gan(
@@ -70,7 +100,7 @@ class GanBackend:
                     )
                 ]
             ) from None
-        lines = tuple(
+        lines = marginal_lines + tuple(
             BudgetLine(f"gan.{e.phase}", "dpsgd", e.steps or 1, None, e.noise_multiplier, spec.rows)
             for e in gan.events()
         )
@@ -83,14 +113,74 @@ class GanBackend:
         from dpql.synth.gan.train import sample, train_gan
 
         gan: GanPlan = plan.config
+        marginals = None
+        line = next((x for x in plan.lines if x.phase == f"gan.{MARGINAL_PHASE}"), None)
+        if line is not None:  # measured first: the plan's line order is the ledger's
+            queries = marginal_queries(ctx.spec.domain)
+            noisy = ctx.private.oracle.measure(
+                queries, line.rho, phase=MARGINAL_PHASE, label=f"{len(queries)} one-way marginals"
+            )
+            marginals = {
+                q.columns[0]: np.asarray(y, dtype=np.float64)
+                for q, y in zip(queries, noisy, strict=True)
+            }
         # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2), in
         # memory, or for large files from an out-of-core row store (dpql.data.rows).
         with ctx.private.rows() as private:
             model = train_gan(
                 private, gan, noise=ctx.noise, ledger=ctx.ledger, progress=ctx.progress
             )
-        table = sample(model, ctx.spec.model.synthesizer.rows, ctx.seed)
+        rows = ctx.spec.model.synthesizer.rows
+        if marginals is None:
+            table = sample(model, rows, ctx.seed)
+        else:
+            pool = sample(model, rows * gan.options.resample_pool, ctx.seed)
+            table = resample_to_marginals(pool, marginals, rows, ctx.seed)
         return SynthResult(table, {"options": dict(plan.options)})
+
+
+MARGINAL_PHASE = "marginals"
+
+
+def marginal_queries(domain: Any) -> tuple[Marginal, ...]:
+    """The 1-way marginals the ``gan.marginals`` phase releases, in domain order (public)."""
+    return tuple(Marginal((c.name,)) for c in domain)
+
+
+def _simplex(y: np.ndarray) -> np.ndarray:
+    """A noisy marginal made a distribution: clipped at 0 and normalised (post-processing)."""
+    p = np.clip(np.asarray(y, dtype=np.float64), 0.0, None)
+    total = p.sum()
+    return p / total if total > 0 else np.full(p.shape, 1.0 / p.size)
+
+
+def resample_to_marginals(
+    pool: EncodedTable,
+    marginals: Mapping[str, np.ndarray],
+    rows: int,
+    seed: int,
+    iters: int = 50,
+) -> EncodedTable:
+    """``rows`` rows drawn with replacement from ``pool``, weighted by raking (iterative
+    proportional fitting of row weights to the noisy 1-way ``marginals``). Post-processing of
+    the generator and the DP marginals; ``seed`` fixes the draw only."""
+    w = np.full(pool.n, 1.0 / pool.n)
+    targets = {c: _simplex(y) for c, y in marginals.items()}
+    for _ in range(iters):
+        for c, target in targets.items():
+            codes = pool.codes[c]
+            have = np.bincount(codes, weights=w, minlength=target.size)
+            ratio = np.where(have > 0, target / np.where(have > 0, have, 1.0), 0.0)
+            new = w * ratio[codes]
+            total = new.sum()
+            if total > 0 and np.isfinite(total):  # else the pool cannot meet it: skip it
+                w = new / total
+    pick = np.random.default_rng(seed).choice(pool.n, size=rows, replace=True, p=w)
+    return EncodedTable(
+        pool.domain,
+        {k: v[pick] for k, v in pool.codes.items()},
+        {k: v[pick] for k, v in pool.scaled.items()},
+    )
 
 
 BACKEND = GanBackend()

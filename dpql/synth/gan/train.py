@@ -45,6 +45,7 @@ import optax
 from dpql.domain import Domain, EncodedTable
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
+from dpql.progress import Progress
 from dpql.synth.gan import encoding, nets
 from dpql.synth.gan.dpsgd import (
     Params,
@@ -56,7 +57,6 @@ from dpql.synth.gan.dpsgd import (
 from dpql.synth.gan.options import GanOptions
 from dpql.synth.gan.plan import DpSgdPhase, GanPlan
 
-Progress = Callable[[str, int, int], None]
 DEVICE_ROWS = 1 << 16  # tables up to this many rows train on a device-resident copy
 BLOCK_FLOATS = 1 << 23  # floats of sampled rows sent to the device per block of steps (32 MiB)
 
@@ -116,6 +116,7 @@ def _run_phase(
     progress: Progress | None,
     rows: PrivateRows | None = None,
     sample_key: jax.Array | None = None,
+    codec: tuple[str, int] = ("minmax", 16),
 ) -> Any:
     """Run ``state = step(state, i, inputs, batch)`` for ``i < phase.steps`` in jitted
     ``lax.scan`` blocks, reporting progress after each.
@@ -155,7 +156,7 @@ def _run_phase(
         xs = (start + jnp.arange(batches[1].shape[0]), batches)
         return jax.lax.scan(lambda s, x: body(s, x, inputs), state, xs)[0]
 
-    for start, batches in _streamed_blocks(rows, phase, sample_key):
+    for start, batches in _streamed_blocks(rows, phase, sample_key, codec):
         state = run_sampled(state, jnp.asarray(start), inputs, batches)
         if progress is not None:
             state = jax.block_until_ready(state)
@@ -164,7 +165,7 @@ def _run_phase(
 
 
 def _streamed_blocks(
-    rows: PrivateRows, phase: DpSgdPhase, key: jax.Array
+    rows: PrivateRows, phase: DpSgdPhase, key: jax.Array, codec: tuple[str, int] = ("minmax", 16)
 ) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
     """Per block of steps: the first step's index and ``(batches, counts)``, ``batches[s, :
     counts[s]]`` the encoded Poisson sample of step ``start + s`` (rows drawn independently
@@ -172,7 +173,7 @@ def _streamed_blocks(
     ``fold_in(key, b)``), zero-padded to a multiple of ``phase.chunk_size`` that holds the
     block's largest sample, so no sampled row is ever dropped. Steps past ``phase.steps`` in
     the last block are empty. The padded shape changes rarely (a recompilation each time)."""
-    chunk, width = phase.chunk_size, encoding.width(rows.domain)
+    chunk, width = phase.chunk_size, encoding.width(rows.domain, *codec)
     block = max(1, min(phase.steps, BLOCK_FLOATS // (chunk * width)))
     for b, start in enumerate(range(0, phase.steps, block)):
         steps = min(block, phase.steps - start)
@@ -182,7 +183,7 @@ def _streamed_blocks(
         capacity = chunk * max(1, -(-int(counts.max()) // chunk))
         batches = np.zeros((block, capacity, width), dtype=np.float32)
         if counts.any():
-            encoded = encoding.encode(rows.take(np.concatenate(samples)))
+            encoded = encoding.encode(rows.take(np.concatenate(samples)), *codec)
             step_of = np.repeat(np.arange(block), counts)
             slot = np.arange(step_of.size) - np.repeat(np.cumsum(counts) - counts, counts)
             batches[step_of, slot] = encoded
@@ -230,13 +231,14 @@ def train_gan(
     on the host, so memory does not grow with the row count). Both paths sample each row
     independently with the same probability ``dpsgd.realised_rate(q) <= q`` per step.
     """
-    width = encoding.width(private_rows.domain)
+    codec = _codec(plan.options)
+    width = encoding.width(private_rows.domain, *codec)
     if isinstance(private_rows, EncodedTable) and private_rows.n <= DEVICE_ROWS:
-        source = _Source(width, data=jnp.asarray(encoding.encode(private_rows)))
+        source = _Source(width, data=jnp.asarray(encoding.encode(private_rows, *codec)))
     elif isinstance(private_rows, EncodedTable):
-        source = _Source(width, rows=_TableRows(private_rows))
+        source = _Source(width, rows=_TableRows(private_rows), codec=codec)
     else:
-        source = _Source(width, rows=private_rows)
+        source = _Source(width, rows=private_rows, codec=codec)
     k_ae, k_gan = jax.random.split(jax.random.key(plan.options.seed))
     ae_event, critic_event = plan.events()
     ledger.append(ae_event)
@@ -255,6 +257,7 @@ class _Source:
     width: int
     data: jax.Array | None = None
     rows: PrivateRows | None = None
+    codec: tuple[str, int] = ("minmax", 16)
 
     def keys(self, noise: NoiseSource) -> tuple[jax.Array, jax.Array | None]:
         """A phase's step key and, for host sampling, its sampling key (both from ``noise``)."""
@@ -289,7 +292,8 @@ def _train_autoencoder(
     noise_key, sample_key = source.keys(noise)
     inputs = (source.data, noise_key)
     params = _run_phase(
-        "autoencoder", step, state, inputs, plan.autoencoder, progress, source.rows, sample_key
+        "autoencoder", step, state, inputs, plan.autoencoder, progress, source.rows, sample_key,
+        source.codec,
     )[0]
     return {"decoder": params["decoder"]}
 
@@ -348,7 +352,8 @@ def _train_wgan(
     noise_key, sample_key = source.keys(noise)
     inputs = (source.data, decoder, noise_key)
     return _run_phase(
-        "generator", step, state, inputs, plan.critic, progress, source.rows, sample_key
+        "generator", step, state, inputs, plan.critic, progress, source.rows, sample_key,
+        source.codec,
     )[2]
 
 
@@ -359,4 +364,9 @@ def sample(model: GanModel, rows: int, seed: int) -> EncodedTable:
     """
     z = jax.random.normal(jax.random.key(seed), (rows, model.options.generator_noise_dim))
     x = jax.jit(_decoded)(model.decoder, model.generator, z)
-    return encoding.decode(model.domain, np.asarray(x))
+    return encoding.decode(model.domain, np.asarray(x), *_codec(model.options))
+
+
+def _codec(options: GanOptions) -> tuple[str, int]:
+    """The vector encoding's ``(mode, integer_levels)`` (:mod:`dpql.synth.gan.encoding`)."""
+    return options.encoding, options.integer_levels

@@ -55,10 +55,13 @@ class RapBackend:
         return 0.0, 0.0
 
     def plan(self, ctx: PlanContext) -> SynthPlan:
+        return self.plan_with(ctx, ctx.spec.model.synthesizer.options)
+
+    def plan_with(self, ctx: PlanContext, options: RapOptions) -> SynthPlan:
+        """The plan with ``options`` (``method: auto`` passes its own)."""
         from dpql.plan.resources import rap_cost
 
         spec = ctx.spec
-        options: RapOptions = spec.model.synthesizer.options
         split = spec.model.privacy.split or {}
         sel = Fraction(split.get("selection", DEFAULT_SELECTION_SHARE)).limit_denominator(10**6)
         meas = Fraction(split.get("measurement", 1 - DEFAULT_SELECTION_SHARE)).limit_denominator(
@@ -103,7 +106,10 @@ class RapBackend:
             )
             info["mean_abs_error_vs_noisy"] = float(err.mean())
             info["max_abs_error_vs_noisy"] = float(err.max())
-        return SynthResult(res.table, info)
+        sigmas = res.sigma or (float("nan"),) * len(res.measured)
+        return SynthResult(
+            res.table, info, tuple(zip(res.measured, res.noisy, sigmas, strict=True))
+        )
 
 
 BACKEND = RapBackend()

@@ -45,11 +45,11 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_limits
 
-from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
+from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.plan.oracle import MeasurementOracle
+from dpql.progress import Progress
 from dpql.synth.rap.schedule import (
-    Progress,
     RapOptions,
     RapSchedule,
     _split,
@@ -404,6 +404,7 @@ class RapResult:
     noisy: tuple[np.ndarray, ...]
     fit_loss: tuple[float, ...]
     rounds: int
+    sigma: tuple[float, ...] = ()  # each measured query's noise sd (aligned with ``measured``)
 
 
 def run_rap(
@@ -478,6 +479,7 @@ def run_rap(
         tuple(m.answer for m in measured),
         tuple(losses),
         total,
+        tuple(float(m.sigma) for m in measured),
     )
 
 
@@ -517,9 +519,12 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
             codes[col] = draw
             continue
         assert isinstance(column, NumericColumn)
-        x = _value_in_bin(column, draw, positions[owner, layout.numeric_index(col)])
-        scaled[col] = (x - column.lo) / column.span
-        codes[col] = column.bin_of(x)
+        null = draw == column.null_code  # never true unless nullable (missing: keep)
+        x = _value_in_bin(
+            column, np.minimum(draw, column.bins - 1), positions[owner, layout.numeric_index(col)]
+        )
+        scaled[col] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
+        codes[col] = np.where(null, draw, column.bin_of(x)).astype(np.int32)
     order = rng.permutation(rows)
     return EncodedTable(
         layout.domain,

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query, joint_l2_sensitivity
 from dpql.privacy.budget import split_rho
 from dpql.spec.models import RapOptions as _RapOptions
-
-Progress = Callable[[str, int, int], None]
-
 
 # The options model is the spec's (one complete, frozen model per backend): see
 # :class:`dpql.spec.models.RapOptions`.

@@ -1,0 +1,69 @@
+"""``method: auto``: the planner picks the backend from public facts only, and says why.
+
+The choice reads the spec's public row count, domain sizes, resolved workload and budget, never
+data, so it is part of the plan (``dpql plan`` prints it; ``dpql verify`` re-plans to the same
+choice). The rules, in order (tuned on ``benchmarks/suite``, issue 19):
+
+1. The workload has threshold queries (``range``, ``halfspaces``): **rap**. Only RAP++ fits them;
+   the graphical model would leave them to post-processing.
+2. Otherwise (marginals, counts): **aim**, with its default options. On the suite's tables
+   graphical-model estimation beat RAP++ at every epsilon tried, and AIM's noise-aware
+   selection never measures a marginal whose noise swamps it.
+
+The chosen backend's plan (budget lines, cost, config) is this plan; ``run`` delegates to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dpql.plan.ir import Halfspace, Prefix, Query
+from dpql.spec.models import AimOptions, RapOptions
+from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, backend
+
+#: the options each candidate backend runs with when auto picks it
+DEFAULT_OPTIONS = {"aim": AimOptions, "rap": RapOptions}
+
+
+def choose(queries: Sequence[Query], rows: int, epsilon: float) -> tuple[str, str]:
+    """(backend name, reason) by the documented rules (public facts only)."""
+    thresholds = sum(isinstance(q, Halfspace | Prefix) for q in queries)
+    if thresholds:
+        return "rap", (
+            f"the workload has {thresholds} threshold queries (range/halfspaces), which only "
+            "rap fits"
+        )
+    return "aim", (
+        f"marginal workload ({len(queries)} queries, {rows} rows, epsilon {epsilon:g}): "
+        "graphical-model estimation with noise-aware selection (aim)"
+    )
+
+
+class AutoBackend:
+    name = "auto"
+    zcdp_only = True  # both candidates (rap, aim) append only zCDP events
+    planned_curve = True
+    spends_budget = True
+
+    def declared_budget(self, spec: object) -> tuple[float, float]:
+        return 0.0, 0.0
+
+    def plan(self, ctx: PlanContext) -> SynthPlan:
+        name, reason = choose(ctx.queries, ctx.spec.rows, ctx.epsilon)
+        chosen = backend(name)
+        inner = chosen.plan_with(ctx, DEFAULT_OPTIONS[name]())  # type: ignore[attr-defined]
+        return SynthPlan(
+            "auto",
+            inner.lines,
+            (name, inner),
+            inner.cost,
+            {"chosen": name, "reason": reason, **inner.options},
+        )
+
+    def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
+        name, inner = plan.config
+        res = backend(name).run(inner, ctx)
+        return SynthResult(res.table, {"chosen": name, **res.info}, res.measurements)
+
+
+BACKEND = AutoBackend()

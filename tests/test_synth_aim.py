@@ -1,0 +1,154 @@
+"""Issue 19: the graphical-model backend (``method: aim``) and ``method: auto``.
+
+* aim's plan lines are exactly the ledger events of a run on a small generated table;
+* its plan is data-free and imports neither mbi nor JAX;
+* auto picks by the documented rules (``dpql.synth.auto``) and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpql.plan.planner import build_plan
+from dpql.spec.load import load_spec
+from dpql.synth.aim import default_rounds
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _spec(tmp_path: Path, synthesizer: str, workload: str = "marginals(2)") -> Path:
+    rng = np.random.default_rng(0)
+    n = 600
+    a = rng.integers(0, 3, n)
+    b = (a + rng.integers(0, 2, n)) % 3
+    df = pd.DataFrame(
+        {
+            "a": np.array(["x", "y", "z"])[a],
+            "b": np.array(["p", "q", "r"])[b],
+            "c": rng.integers(0, 2, n).astype(str),
+            "age": rng.integers(18, 80, n),
+        }
+    )
+    data = tmp_path / "t.csv"
+    df.to_csv(data, index=False)
+    spec = f"""dpql: 1
+name: aim-small
+data:
+  path: {data}
+  rows: {n}
+schema:
+  a: {{type: categorical, values: [x, y, z]}}
+  b: {{type: categorical, values: [p, q, r]}}
+  c: {{type: categorical, values: ["0", "1"]}}
+  age: {{type: numeric, min: 18, max: 80, bins: 4}}
+privacy:
+  epsilon: 2.0
+  delta: 1e-7
+workload:
+  - {workload}
+synthesizer:
+{synthesizer}
+output:
+  path: out/t.csv
+  provenance: out/t.provenance.json
+"""
+    path = tmp_path / "t.release.yaml"
+    path.write_text(spec)
+    return path
+
+
+AIM_SMALL = """  method: aim
+  rows: 600
+  options: {rounds: 2, per_round: 2, iters: 20, final_iters: 20}"""
+
+
+def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
+    from dpql.pipeline import compile_release
+
+    path = _spec(tmp_path, AIM_SMALL)
+    plan = build_plan(load_spec(path))
+    lines = [ln for ln in plan.table.lines if ln.phase.startswith("aim.")]
+    assert [ln.phase for ln in lines] == ["aim.init"] + [
+        f"aim.round[{i}]" for i in range(2) for _ in range(2)
+    ]
+    assert sum(ln.rho_per_release for ln in lines) <= plan.budget.rho * (1 + 1e-12)
+    res = compile_release(path, seed=0)
+    events = [e for e in res.record["privacy"]["events"] if e["phase"].startswith("aim.")]
+    assert len(events) == len(lines)
+    for e, ln in zip(events, lines, strict=True):
+        assert e["phase"] == ln.phase
+        assert e["mechanism"] == ln.mechanism
+        assert math.isclose(e["rho"], ln.rho_per_release, rel_tol=1e-9)
+    synth = pd.read_csv(res.table_path)
+    assert len(synth) == 600 and set(synth.columns) == {"a", "b", "c", "age"}
+    assert synth["age"].between(18, 80).all()
+    assert len(res.record["synthesizer"]["selected"]) == 4  # 2 rounds x 2 marginals
+    from dpql.cli import main
+
+    assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
+
+
+def test_auto_release_verifies(tmp_path):
+    from dpql.cli import main
+    from dpql.pipeline import compile_release
+
+    res = compile_release(_spec(tmp_path, "  method: auto\n  rows: 600"), seed=0)
+    assert res.record["synthesizer"]["method"] == "auto"
+    assert res.record["synthesizer"]["chosen"] == "aim"
+    assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
+
+
+def test_aim_and_auto_plans_import_neither_mbi_nor_jax(tmp_path):
+    for synth in (AIM_SMALL, "  method: auto\n  rows: 600"):
+        path = _spec(tmp_path, synth)
+        code = (
+            "import sys\n"
+            "from dpql.plan.planner import build_plan\n"
+            "from dpql.spec.load import load_spec\n"
+            f"build_plan(load_spec({str(path)!r}))\n"
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('jax', 'mbi', 'optax')]\n"
+            "assert not bad, bad\n"
+        )
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_default_rounds_rule():
+    assert default_rounds(15, 455) == (6, 3)  # 15 marginals in 6 rounds
+    assert default_rounds(3, 3) == (3, 1)  # never more than the candidates
+    assert default_rounds(2, 1) == (1, 1)
+    assert default_rounds(40, 10_000) == (6, 3)  # 16 marginals at most
+
+
+def test_auto_picks_aim_for_marginals_and_rap_for_thresholds(tmp_path, capsys):
+    from dpql.cli import main
+
+    path = _spec(tmp_path, "  method: auto\n  rows: 600")
+    plan = build_plan(load_spec(path))
+    assert plan.method == "auto" and plan.synth.options["chosen"] == "aim"
+    assert plan.table.lines[0].phase == "aim.init"
+    assert main(["plan", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["auto"]["chosen"] == "aim" and "marginal" in out["auto"]["reason"]
+
+    path = _spec(tmp_path, "  method: auto\n  rows: 600", workload="range(age) by a")
+    plan = build_plan(load_spec(path))
+    assert plan.synth.options["chosen"] == "rap"
+    assert "threshold" in plan.synth.options["reason"]
+    assert any(ln.phase.startswith("rap.") for ln in plan.table.lines)
+
+
+@pytest.mark.parametrize("bad", ["{rounds: 0}", "{select_share: 1.5}", "{nope: 1}"])
+def test_aim_options_are_checked(tmp_path, bad):
+    from dpql.diagnostics import DiagnosticError
+
+    path = _spec(tmp_path, f"  method: aim\n  rows: 600\n  options: {bad}")
+    with pytest.raises(DiagnosticError):
+        load_spec(path)
