@@ -339,6 +339,10 @@ def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
         invalid = ~missing & ~ok
         numbers = pd.to_numeric(text.where(ok), errors="coerce")
         values = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+        # a decimal that overflows a double (1e400) is not a finite number: E406, like "inf"
+        overflow = ok & np.isinf(values)
+        invalid |= overflow
+        values[overflow] = np.nan
     else:
         text = s
         values = s.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)

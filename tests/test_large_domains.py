@@ -297,3 +297,10 @@ def test_other_and_fill_name_fine_values(tmp_path: Path) -> None:
     ).assign(income="<=50K")
     table = encode_frame(df, spec.domain, {"region": Fill("R00012")}, {"region": "R00007"}).table
     assert table.codes["region"].tolist() == [1, 7, 12]
+
+
+def test_files_too_large_for_the_record_are_refused(tmp_path: Path) -> None:
+    write_files(tmp_path, k=40_000)
+    with pytest.raises(DiagnosticError) as e:
+        load_spec(write_spec(tmp_path, GROUPED))
+    assert codes_of(e) == ["E120"] and "provenance record" in e.value.diagnostics[0].message

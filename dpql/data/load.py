@@ -13,8 +13,9 @@ import csv
 import gzip
 import hashlib
 import re
+import stat
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Literal
@@ -97,7 +98,21 @@ def data_format(path: Path, declared: DataFormat | None = None) -> DataFormat:
 
 
 def check_readable(path: Path) -> None:
-    """E401 unless ``path`` is a readable regular file; E403 when it has no bytes."""
+    """E401 unless ``path`` is a readable regular file (a FIFO or device would block or never
+    end; a symlink loop cannot be opened); E403 when it has no bytes."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None  # reported below, with the hint
+    except OSError as e:  # e.g. a symlink loop
+        raise error("E401", f"cannot read data file '{path}': {e.strerror or e}", path) from None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise error(
+            "E401",
+            f"data path '{path}' is not a regular file (a pipe, socket or device)",
+            path,
+            "point data.path at a CSV or Parquet file",
+        )
     try:
         with path.open("rb") as f:
             first = f.read(1)
@@ -147,6 +162,33 @@ def csv_header(path: Path) -> list[str]:
     if not header:
         raise error("E403", f"data file '{path}' has no header line", path)
     return header
+
+
+def check_header(path: Path, fmt: DataFormat, schema: Sequence[str]) -> None:
+    """E409 when the file's header names a column twice (after trimming spaces): the engines
+    would otherwise disagree (one keeps the first, one fails). The name is printed only when it
+    is a schema column (public); a duplicate of another column is reported without it."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            names = list(pq.read_schema(path).names)
+        except Exception:  # an unreadable file is reported by the reader, with its own code
+            return
+    else:
+        names = csv_header(path)
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(names, 1):
+        name = str(raw).strip(" \t\r\n")
+        if name in seen:
+            said = f"'{name}' " if name in schema else ""
+            raise error(
+                "E409",
+                f"the header of '{path}' names a column {said}twice (columns {seen[name]} and {i})",
+                path,
+                "give every column of the data file a distinct name",
+            )
+        seen[name] = i
 
 
 def ragged_row_error(path: Path) -> DiagnosticError | None:
@@ -218,6 +260,12 @@ def read_frame(path: Path, fmt: DataFormat) -> pd.DataFrame:
         ) from None
     if len(df) == 0:
         raise error("E403", f"data file '{path}' has no rows", path)
+    # pandas fills a short row's trailing cells as missing; the SQL engines call it malformed
+    # (E409). A short row leaves the last column blank, so only then is the file streamed.
+    if fmt == "csv" and len(df.columns) and bool(df.iloc[:, -1].isna().any()):
+        ragged = ragged_row_error(path)
+        if ragged is not None:
+            raise ragged
     return df
 
 

@@ -164,7 +164,11 @@ def _value(r: str, storage: Storage, col: NumericColumn | CategoricalColumn, d: 
         # a grouped column: the fine value's index, then its group's code by list indexing
         return d.group_code(code, col.parent)
     if storage == "text":
-        return f"CASE WHEN {d.full_match(r, NUMBER_PATTERN)} THEN CAST({r} AS DOUBLE) END"
+        # a decimal that overflows a double (1e400) is invalid, like "inf" (the codec's rule);
+        # the cast runs only on cells that matched the pattern (CASE evaluates lazily)
+        value = f"CAST({r} AS DOUBLE)"
+        finite = f"CASE WHEN abs({value}) < {double(math.inf)} THEN {value} END"
+        return f"CASE WHEN {d.full_match(r, NUMBER_PATTERN)} THEN {finite} END"
     if storage == "float":
         return f"CASE WHEN abs({r}) = {double(math.inf)} THEN NULL ELSE CAST({r} AS DOUBLE) END"
     return f"CAST({r} AS DOUBLE)"

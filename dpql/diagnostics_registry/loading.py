@@ -224,8 +224,9 @@ ENTRIES.error(
     "dpql.spec.files",
     details="a categorical column's `values_file` cannot be read (missing, not UTF-8, over "
     "64 MiB), lists no values or more than 1,000,000, lacks its `values_column`, or comes "
-    "with inline `values`; or a column has neither `values` nor `values_file` (duplicates in "
-    "the file are `E106` at its line)",
+    "with inline `values`; or a column has neither `values` nor `values_file`; or the values "
+    "and groups read from files would make the provenance record's spec too large to verify "
+    "(duplicates in the file are `E106` at its line)",
     points="`values_file` (or the column)",
 )
 ENTRIES.error(

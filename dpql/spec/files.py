@@ -71,13 +71,17 @@ def expand_files(
     # The provenance record embeds the normalised spec, values included, and dpql verify loads
     # it back under the spec size limit: refuse files that would make it too large to verify.
     size = sum(
-        sum(len(v) + 8 for v in (c.values or ()))
-        + sum(len(g) + 8 for g in ((c.group.levels or ()) if c.group else ()))
+        sum(len(v) + 12 for v in (c.values or ()))
+        + sum(len(g) + 12 for g in ((c.group.levels or ()) if c.group else ()))
         for c in columns.values()
         if isinstance(c, CategoricalSpec)
     )
     if size > MAX_EXPANDED_CHARS:
-        name = next(n for n, c in spec.columns.items() if isinstance(c, CategoricalSpec) and (c.values_file or c.group))
+        name = next(
+            n
+            for n, c in spec.columns.items()
+            if isinstance(c, CategoricalSpec) and (c.values_file or c.group)
+        )
         out.append(
             Diagnostic(
                 "E120",

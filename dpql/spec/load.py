@@ -76,8 +76,10 @@ class LoadedSpec:
     warnings: tuple[Diagnostic, ...]
 
     def resolve(self, relative: str) -> Path:
-        """A path written in the spec, resolved against the spec file's folder."""
-        return (self.path.parent / relative).resolve()
+        """A path written in the spec, resolved against the spec file's folder. Lexically
+        (symlinks are not followed here): a broken link or a symlink loop is reported when the
+        file is opened, as a located error."""
+        return Path(os.path.normpath(self.path.parent / relative))
 
     @property
     def data_path(self) -> Path:

@@ -194,10 +194,13 @@ class AimBackend:
         spec = ctx.spec
         s = plan_aim(spec.domain.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0),
                      spec.rows, options)  # fmt: skip
-        # cost: the model (capped at max_model_size MB) and ~0.3 s per round on 2 cores
+        # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
+        # compilation of each round's new clique structure, about 3-4 s per fit on 2 cores
+        # (benchmarks/suite/NOTES.md)
         cost = SynthCost(
             {"aim.model": options.max_model_size * 2**20},
-            0.3 * len(s.rounds) * (options.iters / 250) + 0.002 * options.final_iters,
+            4.0 * max(1, len(s.rounds))
+            + 0.002 * (options.iters * len(s.rounds) + options.final_iters),
         )
         opts = options.model_dump()
         opts["rounds"] = len(s.rounds)

@@ -47,7 +47,7 @@ from dpql.data.engines.spark import (
     local_spark_session,
     spark_unavailable,
 )
-from dpql.data.load import DataFormat, check_readable, data_format
+from dpql.data.load import DataFormat, check_header, check_readable, data_format
 from dpql.domain import Domain
 
 __all__ = [
@@ -89,8 +89,9 @@ def open_engine(
     Raises :class:`DiagnosticError` (E401-E410) for files that cannot be read or encoded.
     """
     path = Path(path)
+    check_readable(path)
+    check_header(path, data_format(path, fmt), domain.names)
     if engine == "auto":
-        check_readable(path)
         limit = AUTO_THRESHOLD_BYTES[data_format(path, fmt)]
         engine = "memory" if path.stat().st_size < limit else "duckdb"
     if engine == "memory":
