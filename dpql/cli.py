@@ -248,7 +248,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     note = f"; {lifetime.describe()}" if lifetime is not None else ""
     print(f"{args.spec}: ok (policy {args.policy}){note}")
     if lifetime is not None and policy.ledger_path is not None:
-        from dpql.check import read_ledger
+        from dpql.lifetime import read_ledger
 
         open_lines = [r for r in read_ledger(policy.ledger_path) if r.status != "committed"]
         if open_lines:

@@ -27,7 +27,7 @@ from dpql.plan.ir import (
     Tolerance,
 )
 from dpql.plan.requirements import expand_requirements
-from dpql.postprocess import iproj
+from dpql.postprocess import dual, iproj
 
 REAL = make_table(6000, seed=1)
 SYN = make_table(3000, seed=2, shift=0.4)
@@ -65,22 +65,22 @@ def _random_problem(seed: int, m: int = 400, k: int = 6) -> tuple[np.ndarray, np
 @pytest.mark.parametrize("gamma", [1e-5, 5e-3])
 def test_dual_solution_satisfies_kkt(gamma: float) -> None:
     F, target = _random_problem(0)
-    sol = iproj.solve_dual(F, target, gamma)
+    sol = dual.solve_dual(F, target, gamma)
     w = np.exp(-(F - target) @ sol.lam)
     np.testing.assert_allclose(sol.weights, w / w.sum(), rtol=1e-9)  # w ∝ exp(F lambda)
     r = sol.weights @ F - target
     assert np.all(np.abs(r) <= gamma + 1e-8)  # primal feasibility
     active = sol.lam != 0
     np.testing.assert_allclose(r[active], gamma * np.sign(sol.lam[active]), atol=1e-8)
-    assert iproj.kkt_violation(F, target, gamma, sol) <= 1e-8
+    assert dual.kkt_violation(F, target, gamma, sol) <= 1e-8
     if gamma == 5e-3:  # a wide box leaves some constraints slack, with lambda exactly 0
         assert (~active).any() and np.all(np.abs(r[~active]) <= gamma)
 
 
 def test_stochastic_solver_agrees_with_newton() -> None:
     F, target = _random_problem(1, m=2048, k=5)
-    exact = iproj.solve_dual(F, target, 1e-5, method="newton")
-    sgd = iproj.solve_dual(F, target, 1e-5, method="stochastic", epochs=40, batch=256)
+    exact = dual.solve_dual(F, target, 1e-5, method="newton")
+    sgd = dual.solve_dual(F, target, 1e-5, method="stochastic", epochs=40, batch=256)
     assert sgd.method == "stochastic"
     assert np.abs(sgd.weights @ F - target).max() < 5e-3
     assert np.abs(sgd.weights @ F - exact.weights @ F).max() < 5e-3

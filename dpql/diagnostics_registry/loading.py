@@ -43,7 +43,7 @@ ENTRIES.error(
     "E005",
     "file cannot be read (missing, unreadable, not UTF-8)",
     PLANS,
-    "dpql.check",
+    "dpql.lifetime",
     LOAD,
     details="file cannot be read (missing, unreadable, not UTF-8): the spec, the policy or the "
     "lifetime ledger",
@@ -92,7 +92,7 @@ ENTRIES.error(
     "E020",
     "malformed privacy-ledger line",
     ("check", "compile"),
-    "dpql.check",
+    "dpql.lifetime",
     details="malformed privacy-ledger line (not JSON, or a bad record)",
     points="`ledger.jsonl:LINE`",
 )
@@ -180,9 +180,10 @@ ENTRIES.error(
     "missing-value rule invalid (fill/other value not declared or not in the domain)",
     PLANS,
     CHECKS,
+    "dpql.synth.gan.backend",
     details="missing-value rule invalid: `missing: other` without an `other` category, "
     "`missing: fill` without `fill`, a `fill`/`other` value outside the column's domain, "
-    "`missing: keep` with the gan synthesizer",
+    "`missing: keep` with the gan synthesizer (refused by its plan)",
     points="the rule or value",
 )
 ENTRIES.error(

@@ -238,7 +238,7 @@ ENTRIES.error(
     "E613",
     "an output location is unusable (checked before any data is read)",
     COMPILE,
-    "dpql.pipeline",
+    "dpql.commit",
     details="an output location is unusable, checked before any data is read: the table, record "
     "or curator path is a directory (or not a regular file), two outputs share one path, or a "
     "folder cannot be created or written. Nothing is read or spent",
@@ -247,7 +247,7 @@ ENTRIES.error(
     "E614",
     "an earlier release is already written at the outputs (`--force` replaces it)",
     COMPILE,
-    "dpql.pipeline",
+    "dpql.commit",
     details="the table or record of an earlier release is already at the spec's outputs: a "
     "second compile would spend the budget again. Refused before any data is read unless "
     "`dpql compile --force`",
@@ -256,8 +256,8 @@ ENTRIES.error(
     "E615",
     "the lifetime ledger cannot be used",
     ("check", "compile"),
-    "dpql.check",
-    "dpql.pipeline",
+    "dpql.lifetime",
+    "dpql.commit",
     details="the lifetime ledger cannot be used: it is a directory or not a regular file, its "
     "folder cannot be created or written, a policy names a ledger that does not exist (create "
     "it empty before the first release), or `dpql compile --policy` would record in another "

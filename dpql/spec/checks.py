@@ -55,17 +55,6 @@ def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
         else:
             out += _categorical_checks(col, here, doc)
         out += _missing_checks(col, spec.missing, here, doc)
-        if (col.missing or spec.missing) == "keep" and spec.synthesizer.method == "gan":
-            at = (*here, "missing") if col.missing else ("missing",)
-            out.append(
-                Diagnostic(
-                    "E109",
-                    f"missing: keep is not supported by the gan synthesizer (column '{name}'): "
-                    "its encoding has no state for a missing cell",
-                    doc.value_pos(at),
-                    "use method: rap (or aim), or missing: drop / fill for this column",
-                )
-            )
     out += _drop_requirement_checks(spec, doc)
     out += _privacy_checks(spec, doc)
     data = spec.data

@@ -63,6 +63,7 @@ class GanBackend:
         )
         pos = doc.key_pos(where)
         options: GanOptions = spec.model.synthesizer.options
+        _refuse_kept_missing(spec)
         marginal_lines: tuple[BudgetLine, ...] = ()
         if options.marginal_share > 0 and ctx.phase_rho.get("synthesizer", 0.0) > 0:
             rho_m = options.marginal_share * ctx.phase_rho["synthesizer"]
@@ -181,6 +182,28 @@ def resample_to_marginals(
         {k: v[pick] for k, v in pool.codes.items()},
         {k: v[pick] for k, v in pool.scaled.items()},
     )
+
+
+
+def _refuse_kept_missing(spec: Any) -> None:
+    """E109 for a ``missing: keep`` column: the GAN's encoding has no state for a missing cell."""
+    model, doc = spec.model, spec.doc
+    diags = []
+    for name, col in model.columns.items():
+        if (col.missing or model.missing) != "keep":
+            continue
+        at = ("schema", name, "missing") if col.missing else ("missing",)
+        diags.append(
+            Diagnostic(
+                "E109",
+                f"missing: keep is not supported by the gan synthesizer (column '{name}'): "
+                "its encoding has no state for a missing cell",
+                doc.value_pos(at),
+                "use method: rap (or aim), or missing: drop / fill for this column",
+            )
+        )
+    if diags:
+        raise DiagnosticError(diags)
 
 
 BACKEND = GanBackend()
