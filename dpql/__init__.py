@@ -80,6 +80,11 @@ class Release:
     def record(self) -> dict[str, Any]:
         return self.result.record
 
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds per stage (curator-only: they depend on the true row count)."""
+        return self.result.timings
+
     def table(self) -> pd.DataFrame:
         """The synthetic table as a pandas DataFrame."""
         import pandas as pd

@@ -11,7 +11,7 @@ synthetic, goes through the same path: CSV/DataFrame in original units -> encode
 
 Methods:
 
-* ``rap``: ``dpql.pipeline.compile_release`` on a per-epsilon copy of the example spec with the
+* ``rap``: ``dpql.compile`` (the public API) on a per-epsilon copy of the example spec with the
   workload ``marginals(3)`` only (no requirements, no post-processing).
 * ``mst``, ``aim``: ``peers.py`` on mbi 2.x, same rho (tight conversion) and replace-one.
 * ``independent``: product of the real 1-way marginals (each column resampled independently
@@ -94,10 +94,9 @@ def write_spec(eps: float, workdir: Path) -> Path:
 
 
 def plan_of(spec_path: Path):
-    from dpql.plan.planner import build_plan
-    from dpql.spec.load import load_spec
+    import dpql
 
-    return build_plan(load_spec(spec_path))
+    return dpql.build_plan(spec_path)
 
 
 # ------------------------------------------------------------------------------------------
@@ -129,12 +128,12 @@ def _frame_from_bins(codes: dict[str, np.ndarray], domain, rng: np.random.Genera
 
 
 def worker_rap(eps: float, workdir: Path, seed: int) -> dict[str, Any]:
-    import dpql.pipeline as dc
+    import dpql
 
     spec = write_spec(eps, workdir)
     layer = "dpql.pipeline.open_measurer (dpql.data.measure.PrivateMeasurer)"
     t = time.perf_counter()
-    res = dc.compile_release(spec, seed=seed)
+    res = dpql.compile(spec, seed=seed, force=True)
     wall = time.perf_counter() - t
     rec = res.record
     return {

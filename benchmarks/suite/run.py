@@ -4,7 +4,7 @@ For every table of ``tables.py``, every epsilon (delta = 1/n^2) and every run, t
 side by side, each in its own Python process (so wall time includes imports and JAX
 compilation, and peak RSS is that method's alone):
 
-* ``dpql``: ``dpql.pipeline.compile_release`` on a per-epsilon copy of the table's spec
+* ``dpql``: ``dpql.compile`` (the public API) on a per-epsilon copy of the table's spec
   (``specs/``): workload ``marginals(3)`` only, no requirements or post-processing, the spec's
   synthesizer (dpql's default) with its default options. Seed = run index (optimisation and
   rounding only; DP noise always comes from OS entropy).
@@ -147,10 +147,9 @@ def write_spec(
 
 
 def plan_of(spec_path: Path):
-    from dpql.plan.planner import build_plan
-    from dpql.spec.load import load_spec
+    import dpql
 
-    return build_plan(load_spec(spec_path))
+    return dpql.build_plan(spec_path)
 
 
 def load_encoded(spec_path: Path, csv: Path):
@@ -168,14 +167,14 @@ def load_encoded(spec_path: Path, csv: Path):
 
 
 def method_dpql(job: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
-    import dpql.pipeline as dc
+    import dpql
 
     if legacy:
         import legacy_rounding
 
         legacy_rounding.patch()
     t = time.perf_counter()
-    res = dc.compile_release(job["spec"], seed=job["run"], force=True)  # reruns replace
+    res = dpql.compile(job["spec"], seed=job["run"], force=True)  # reruns replace
     wall = time.perf_counter() - t
     rec = res.record
     synth = rec["synthesizer"]
