@@ -17,9 +17,10 @@ comparison with dpql is like for like:
   appends to a dpql ``Ledger``; the driver checks that the ledger's total rho is <= the budget.
 * **Scoring** (MST's 2-way scores, AIM's candidate errors) needs the model's marginals on
   cliques outside the model. They are computed by one numpy einsum over the model's
-  potentials (:func:`_model_marginal`; checked equal to mbi's ``variable_elimination``),
-  because mbi's jitted ``variable_elimination`` compiles once per (model, clique) pair: 126 s
-  for MST's 105 pairs on the benchmark machine, minutes per AIM round.
+  potentials (:func:`dpql.synth.aim.model_marginal`, shared with dpql's aim backend; checked
+  equal to mbi's ``variable_elimination``), because mbi's jitted ``variable_elimination``
+  compiles once per (model, clique) pair: 126 s for MST's 105 pairs on the benchmark machine,
+  minutes per AIM round.
 
 Everything else (budget splits, domain compression and Kruskal selection of MST; workload
 weights, bias correction, model-size filter, sigma annealing and last-round rule of AIM) is the
@@ -42,6 +43,7 @@ from mbi.estimation import MirrorDescent
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
+from dpql.synth.aim import model_marginal as _model_marginal
 
 SQRT2 = math.sqrt(2.0)  # L2 sensitivity of one count vector under replace-one
 Log = Callable[[str], None]
@@ -192,34 +194,6 @@ def _filter_candidates(candidates, model, size_limit: float):
         or junction_tree.hypothetical_model_size(model.domain, [*cliques, cl]) <= size_limit
     }
 
-
-def _model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
-    """The model's marginal on ``cl`` (counts, flattened like ``Factor.datavector``).
-
-    In-model cliques come from ``model.project`` (the fitted marginals). Any other clique is
-    one numpy einsum over the exponentiated potentials, summing out every other attribute:
-    the same quantity as mbi's ``variable_elimination``, whose jitted form compiles once per
-    (model, clique) pair (about 1 s each here, minutes per AIM round) and whose eager form
-    (``jax.disable_jit``) took 1.5 s per clique on the contended benchmark machine.
-    """
-    cl = tuple(cl)
-    if any(set(cl) <= set(c) for c in model.cliques):
-        return np.asarray(model.project(cl).datavector(), dtype=np.float64)
-    pot = model.potentials
-    letters = {a: chr(ord("a") + i) for i, a in enumerate(pot.domain.attributes)}
-    operands, subs = [], []
-    for f in pot.tables.values():
-        v = np.asarray(f.values, dtype=np.float64)
-        operands.append(np.exp(v - v.max()))
-        subs.append("".join(letters[a] for a in f.domain.attributes))
-    free = [a for a in cl if a not in {x for f in pot.tables.values() for x in f.domain.attributes}]
-    out = "".join(letters[a] for a in cl if a not in free)
-    p = np.einsum(",".join(subs) + "->" + out, *operands, optimize="greedy")
-    for a in free:  # an attribute no potential mentions is uniform in the model
-        p = np.expand_dims(p, -1) * np.ones(model.domain[a])
-        out += letters[a]
-    p = np.transpose(p, [out.index(letters[a]) for a in cl])
-    return (p / p.sum() * float(model.total)).ravel()
 
 
 def aim(
