@@ -126,6 +126,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     out.print(bt)
     out.print(total, markup=False, highlight=False, soft_wrap=True)
+    if plan.split is not None:
+        out.print(_split_text(plan), markup=False, highlight=False, soft_wrap=True)
     if plan.resources is not None:
         from dpql.plan.resources import format_bytes, memory_limit
 
@@ -172,6 +174,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     out.print(f"[dim]planned in {time.perf_counter() - t:.2f} s; no data was read[/]")
     return EXIT_OK
+
+
+def _split_text(plan: Any) -> str:
+    """The post-processing budget's split (dpql.plan.split) in words, for `dpql plan`."""
+    split = plan.split
+    rho = plan.budget.rho
+    how = (
+        "chosen by the planner: the least that lets every DP test decide its tolerance, "
+        f"at most {float(split.cap):g}"
+        if split.chosen
+        else "fixed by postprocess.share"
+    )
+    if split.weighted:
+        how += "; split across requirements by their weights"
+    parts = [
+        f"{r.requirement.text}: rho {_fmt(g)} (needs {_fmt(need)})"
+        for r, g, need in zip(plan.requirement_plans, split.given, split.needs, strict=True)
+        if g == g  # NaN: no release of its own
+    ]
+    if split.test_share > 0:
+        parts.append(f"acceptance tests: rho {_fmt(float(split.test_share) * rho)}")
+    return (
+        f"post-processing: {100 * float(split.share):.3g}% of the budget ({how}); "
+        + "; ".join(parts)
+    )
 
 
 def _plan_accounting(spec: Any, plan: Any) -> tuple[list[str], str]:

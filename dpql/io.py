@@ -49,3 +49,24 @@ def write_json(obj: Any, path: Path, mode: int | None = None) -> None:
     """``obj`` as indented JSON, written atomically (mode as in :func:`atomic_path`)."""
     with atomic_path(path, mode) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+class UnreadableFile(Exception):
+    """A file :func:`read_capped` would not read; the message says why, without its contents."""
+
+
+def read_capped(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them. A missing file, a
+    directory or a FIFO (never opened: it could block), an OS error or a larger file raises
+    :class:`UnreadableFile` with the reason ("no such file", "not a regular file", the OS's
+    message, or "larger than N bytes")."""
+    try:
+        if not path.is_file():
+            raise UnreadableFile("no such file" if not path.exists() else "not a regular file")
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or str(exc)) from None
+    if len(raw) > limit:
+        raise UnreadableFile(f"larger than {limit:,} bytes")
+    return raw

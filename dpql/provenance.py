@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from dpql import __version__
+from dpql.io import UnreadableFile, read_capped
 from dpql.privacy.accountant import AccountingResult, epsilon_from_events, epsilon_from_rdp
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 from dpql.provenance_schema import RECORD_VERSION, record_schema
@@ -226,16 +227,11 @@ def read_record_bytes(path: Path) -> bytes:
     """The bytes of a record file, at most :data:`MAX_RECORD_BYTES`; a missing file, a
     directory or a FIFO (never opened: it could block) raises :class:`RecordUnreadable`."""
     try:
-        if not path.is_file():
-            why = "no such file" if not path.exists() else "not a regular file"
-            raise RecordUnreadable(f"cannot read {path}: {why}")
-        with open(path, "rb") as f:
-            raw = f.read(MAX_RECORD_BYTES + 1)
-    except OSError as exc:
-        raise RecordUnreadable(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_RECORD_BYTES:
-        raise RecordUnreadable(f"{path} is larger than {MAX_RECORD_BYTES:,} bytes")
-    return raw
+        return read_capped(path, MAX_RECORD_BYTES)
+    except UnreadableFile as exc:
+        if str(exc).startswith("larger than"):
+            raise RecordUnreadable(f"{path} is {exc}") from None
+        raise RecordUnreadable(f"cannot read {path}: {exc}") from None
 
 
 def parse_record(raw: bytes, name: Path | str) -> Any:

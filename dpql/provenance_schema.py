@@ -41,6 +41,17 @@ _POSTPROCESS_REQUIRED = [
 ]  # fmt: skip
 
 
+_WORKLOAD_ERRORS = {
+    f"{k}_{w}": v
+    for w in ("before", "after")
+    for k, v in (
+        ("mean_abs_error", _NONNEG),
+        ("max_abs_error", _NONNEG),
+        ("mean_error_sd", _NULLABLE_NUMBER),
+    )
+}
+
+
 def _vector(description: str) -> dict[str, Any]:
     return {"type": "array", "items": _NULLABLE_NUMBER, "description": description}
 
@@ -143,7 +154,7 @@ def _defs() -> dict[str, Any]:
     postprocess = _object(
         {
             "method": {"const": "iproj"},
-            "solver": {"enum": ["newton", "stochastic"]},
+            "solver": {"enum": ["newton", "stochastic", "lbfgs"]},
             "measures": {"type": "array", "items": {"type": "string"}},
             "noise_sigma": {
                 "type": "array",
@@ -199,16 +210,15 @@ def _defs() -> dict[str, Any]:
                     {
                         "measured_queries": {"type": "integer", "minimum": 0},
                         "cells": {"type": "integer", "minimum": 0},
-                        **{
-                            f"{k}_{w}": v
-                            for w in ("before", "after")
-                            for k, v in (
-                                ("mean_abs_error", _NONNEG),
-                                ("max_abs_error", _NONNEG),
-                                ("mean_error_sd", _NULLABLE_NUMBER),
-                            )
+                        **_WORKLOAD_ERRORS,
+                        "penalty_cells": {
+                            "type": "integer",
+                            "minimum": 0,
+                            "description": "Workload cells kept as penalties of the "
+                            "projection (0: not penalised).",
                         },
-                    }
+                    },
+                    ["measured_queries", "cells", *_WORKLOAD_ERRORS],
                 ),
                 "description": "The synthesizer's measured workload answers (DP outputs) "
                 "against the table before and after post-processing.",

@@ -32,6 +32,8 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from dpql.io import UnreadableFile, read_capped
+
 ALGORITHM = "ed25519"
 PUBLIC_SUFFIX = ".pub"
 #: A key file is a few hundred bytes; anything much larger is not one.
@@ -122,16 +124,11 @@ def _create(path: Path, content: bytes, mode: int) -> None:
 
 def _read_key_file(path: Path, what: str) -> bytes:
     try:
-        if not path.is_file():
-            why = "no such file" if not path.exists() else "not a regular file"
-            raise SigningError(f"cannot read the {what} {path}: {why}")
-        with open(path, "rb") as f:
-            data = f.read(MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise SigningError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_KEY_BYTES:
-        raise SigningError(f"{path} is too large to be a {what}")
-    return data
+        return read_capped(path, MAX_KEY_BYTES)
+    except UnreadableFile as exc:
+        if str(exc).startswith("larger than"):
+            raise SigningError(f"{path} is too large to be a {what}") from None
+        raise SigningError(f"cannot read the {what} {path}: {exc}") from None
 
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:

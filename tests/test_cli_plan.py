@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dpql.cli import main
+from dpql.plan.split import BOUND_TEST_SD
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult" / "adult.release.yaml"
@@ -105,26 +106,28 @@ def _with_requirements(spec: Path, *reqs: str, epsilon: str | None = None) -> Pa
 def test_plan_reports_reachable_and_unreachable_tolerances(spec_without_data: Path, capsys):
     spec = _with_requirements(
         spec_without_data,
-        "corr(age, hours_per_week) within 0.02",  # 2 sd ~ 0.043 at epsilon 1: unreachable
-        "logistic(income ~ age + sex) within 0.02",  # the accuracy test's sd ~ 8e-4
+        # its own release of the fixed share 0.2 gives 2 sd ~ 0.011 at epsilon 1: unreachable
+        "corr(age, hours_per_week) within 0.005",
+        "logistic(income ~ age + sex) within 0.02",  # the accuracy test's sd: 0.02 / 8
     )
     corr, logit = _plan_json(spec, capsys)["requirements"]
     assert corr["metric"] == "corr" and logit["metric"] == "accuracy"
-    assert corr["reachable"] is False and 2 * corr["predicted_sd"] > 0.02
+    assert corr["reachable"] is False and 2 * corr["predicted_sd"] > 0.005
     assert corr["smallest_epsilon"] > 1.0
     (d,) = corr["diagnostics"]
     line = next(i for i, t in enumerate(spec.read_text().splitlines(), 1) if "corr(" in t)
     assert d["code"] == "W506" and d["line"] == line and "file" not in d
     assert logit["reachable"] is True and logit["diagnostics"] == []
     assert 2 * logit["predicted_sd"] <= 0.02 and logit["smallest_epsilon"] < 1.0
+    assert logit["predicted_sd"] == pytest.approx(0.02 / 8, rel=1e-6)  # no more than needed
     assert main(["plan", str(spec)]) == 0
     out = capsys.readouterr()
     assert f"adult.release.yaml:{line}:5: warning[W506]" in out.err
-    assert "W506" in out.out and "accuracy" in out.out and "within 0.02" in out.out
+    assert "W506" in out.out and "accuracy" in out.out and "within 0.005" in out.out
 
     # at the smallest epsilon the plan reports, the same tolerance becomes reachable
     raised = _with_requirements(
-        spec, "corr(age, hours_per_week) within 0.02", epsilon=f"{corr['smallest_epsilon'] * 1.01}"
+        spec, "corr(age, hours_per_week) within 0.005", epsilon=f"{corr['smallest_epsilon'] * 1.01}"
     )
     (corr2,) = _plan_json(raised, capsys)["requirements"]
     assert corr2["reachable"] is True and corr2["diagnostics"] == []
@@ -153,9 +156,15 @@ def test_plan_counts_f1_queries_and_flags_impossible_bounds(spec_without_data: P
     def test_line(plan: dict) -> dict:
         return next(x for x in plan["allocation"]["lines"] if x["phase"] == "accept.test")
 
-    # f1 = 2 counting queries, accuracy 1: sigma = sqrt(T)/n / sqrt(2 rho) with T = 2, then 3
-    ratio = test_line(two)["noise_scale"] / test_line(one)["noise_scale"]
-    assert ratio == pytest.approx(math.sqrt(3 / 2))
+    # f1 = 2 counting queries, accuracy 1: sigma = sqrt(T)/n / sqrt(2 rho) with T = 2, then 3;
+    # the planner gives the tests just the rho that brings each bound's sd to BOUND_TEST_SD
+    for plan, tests in ((one, 2), (two, 3)):
+        line = test_line(plan)
+        l2 = line["noise_scale"] * math.sqrt(2 * line["rho_per_release"]) * 32561
+        assert l2 == pytest.approx(math.sqrt(tests))
+    assert test_line(two)["rho_per_release"] > test_line(one)["rho_per_release"]
+    for r in two["requirements"]:
+        assert r["predicted_sd"] <= BOUND_TEST_SD * (1 + 1e-6)
     f1 = one["requirements"][0]
     assert f1["metric"] == "f1" and f1["reachable"] is None and f1["predicted_sd"] > 0
     bad = _plan_json(_with_requirements(spec_without_data, "logistic(income ~ age) accuracy > 1"), capsys)

@@ -104,7 +104,8 @@ def test_gan_compile_trains_on_the_row_store_of_an_out_of_core_engine(
     text = (example / "adult-gan" / "adult-gan.release.yaml").read_text()
     text = text.replace("../adult/adult_train.csv.gz", "train.csv\n  engine: duckdb")
     text = text.replace("rows: 32561", "rows: 2000")
-    for option, value in [("ae_steps", 10000), ("critic_steps", 15000)]:
+    for option, value in [("ae_steps", 1000), ("critic_steps", 1000), ("finetune_steps", 2000)]:
+        assert f"{option}: {value}" in text
         text = text.replace(f"{option}: {value}", f"{option}: 10")
     (tmp_path / "gan.yaml").write_text(text)
     seen: list[object] = []

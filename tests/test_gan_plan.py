@@ -42,7 +42,7 @@ def test_options_are_the_specs_model_and_every_problem_is_located(tmp_path):
     text = (root / "adult-gan" / "adult-gan.release.yaml").read_text(encoding="utf-8")
     spec = tmp_path / "adult-gan" / "gan.yaml"
     spec.parent.mkdir()
-    bad = text.replace("ae_steps: 10000", "ae_step: 5", 1).replace("ae_batch_size: 64", "ae_batch_size: -1", 1)
+    bad = text.replace("ae_steps: 1000", "ae_step: 5", 1).replace("ae_batch_size: 256", "ae_batch_size: -1", 1)
     assert bad != text
     spec.write_text(bad, encoding="utf-8")
     with pytest.raises(DiagnosticError) as err:

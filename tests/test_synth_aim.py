@@ -19,7 +19,13 @@ import pytest
 
 from dpql.plan.planner import build_plan
 from dpql.spec.load import load_spec
-from dpql.synth.aim import default_rounds
+from dpql.synth.aim import (
+    INIT_SHARE_MAX,
+    INIT_SHARE_MIN,
+    ONE_WAY_L1_TARGET,
+    PAIR_L1_TARGET,
+    default_schedule,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,8 +82,9 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     path = _spec(tmp_path, AIM_SMALL)
     plan = build_plan(load_spec(path))
     lines = [ln for ln in plan.table.lines if ln.phase.startswith("aim.")]
-    assert [ln.phase for ln in lines] == ["aim.init"] + [
-        f"aim.round[{i}]" for i in range(2) for _ in range(2)
+    # per round: 2 one-at-a-time selections, then one release of both picks
+    assert [(ln.phase, ln.mechanism) for ln in lines] == [("aim.init", "gaussian")] + [
+        (f"aim.round[{i}]", m) for i in range(2) for m in ["gumbel_top_k"] * 2 + ["gaussian"]
     ]
     assert sum(ln.rho_per_release for ln in lines) <= plan.budget.rho * (1 + 1e-12)
     res = compile_release(path, seed=0)
@@ -120,11 +127,23 @@ def test_aim_and_auto_plans_import_neither_mbi_nor_jax(tmp_path):
         subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_default_rounds_rule():
-    assert default_rounds(15, 455) == (6, 3)  # 15 marginals in 6 rounds
-    assert default_rounds(3, 3) == (3, 1)  # never more than the candidates
-    assert default_rounds(2, 1) == (1, 1)
-    assert default_rounds(40, 10_000) == (6, 3)  # 16 marginals at most
+def test_default_schedule_rule():
+    """The public rule (dpql.synth.aim.default_schedule) on the suite's shapes."""
+    # a large table with a generous budget: 1-way noise is cheap, 15 marginals in 4 rounds
+    big = default_schedule([15] * 15, [225] * 105, 32_561, 0.0149, 0.1)
+    assert big.init_share == INIT_SHARE_MIN and big.one_way_l1 <= ONE_WAY_L1_TARGET
+    assert (big.rounds, big.per_round) == (4, 4) and big.pair_l1 <= PAIR_L1_TARGET
+    # 1,000 rows at epsilon 1: more on the 1-way release, and only as many marginals as the
+    # noise leaves informative (the median pair's expected noise L1 within the target)
+    small = default_schedule([5, 2, 10, 6, 2, 5, 10, 10, 4, 2, 8], [30] * 55, 1000, 0.0244, 0.1)
+    assert INIT_SHARE_MIN < small.init_share <= INIT_SHARE_MAX
+    assert small.rounds * small.per_round < 11 and small.pair_l1 <= PAIR_L1_TARGET
+    # where even one marginal is that noisy, one is still measured
+    tiny = default_schedule([50] * 4, [2500] * 6, 100, 0.001, 0.1)
+    assert (tiny.rounds, tiny.per_round) == (1, 1) and tiny.init_share == INIT_SHARE_MAX
+    # never more marginals than candidates; a spec's init_share is kept
+    few = default_schedule([3, 3], [9], 10_000, 1.0, 0.1, init_share=0.5)
+    assert (few.rounds, few.per_round, few.init_share) == (1, 1, 0.5)
 
 
 def test_auto_picks_aim_for_marginals_and_rap_for_thresholds(tmp_path, capsys):
@@ -137,6 +156,8 @@ def test_auto_picks_aim_for_marginals_and_rap_for_thresholds(tmp_path, capsys):
     assert main(["plan", str(path), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["auto"]["chosen"] == "aim" and "marginal" in out["auto"]["reason"]
+    share = plan.synth.options["init_share"]
+    assert f"{share:.0%} of the budget on the 1-way marginals" in out["auto"]["reason"]
 
     path = _spec(tmp_path, "  method: auto\n  rows: 600", workload="range(age) by a")
     plan = build_plan(load_spec(path))
@@ -152,3 +173,19 @@ def test_aim_options_are_checked(tmp_path, bad):
     path = _spec(tmp_path, f"  method: aim\n  rows: 600\n  options: {bad}")
     with pytest.raises(DiagnosticError):
         load_spec(path)
+
+
+def test_picks_in_one_round_share_no_column_pair():
+    from dpql.synth.aim import overlaps, select_parts
+
+    assert overlaps(("a", "b", "c"), ("b", "c", "d")) and overlaps(("a", "b"), ("a", "b", "c"))
+    assert not overlaps(("a", "b", "c"), ("c", "d", "e")) and not overlaps(("a", "b"), ("b", "c"))
+    parts = select_parts(0.3, 7)
+    assert len(parts) == 7 and sum(parts) <= 0.3 and max(parts) - min(parts) < 1e-12
+
+
+def test_no_method_means_auto(tmp_path):
+    path = _spec(tmp_path, "  rows: 600")
+    plan = build_plan(load_spec(path))
+    assert plan.method == "auto" and plan.synth.options["chosen"] == "aim"
+    assert load_spec(path).model.synthesizer.method == "auto"

@@ -1,8 +1,9 @@
 """Issue 15 acceptance on the bundled example (examples/adult/adult.release.yaml, epsilon 1).
 
 For each seed, two compiles of the same spec: as shipped (RAP + requirements + I-projection
-post-processing) and without the ``requirements`` / ``postprocess`` sections (the whole budget to
-RAP). Each table is scored against the *real* table (curator-side figures, never published):
+post-processing, the planner choosing the post-processing share: dpql/plan/split.py) and
+without the ``requirements`` / ``postprocess`` sections (the whole budget to RAP).
+Each table is scored against the *real* table (curator-side figures, never published):
 
 * the mean TVD over all 3-way marginals (numeric columns in the spec's public bins);
 * |corr(age, hours_per_week) error|, |mean(hours_per_week | Female) error|;
@@ -35,13 +36,14 @@ EXAMPLE = ROOT / "examples" / "adult"
 LOGIT_X = ["age", "education_num", "hours_per_week", "sex", "marital_status"]
 
 
-SHARE: float | None = None  # --share: override the spec's postprocess.share
+SHARE: float | None = None  # --share: set postprocess.share (the spec lets the planner choose)
+PLANNED: dict = {}  # the last compile's post-processing split (dpql.plan.split), for the rows
 
 
 def _spec(tmp: Path, requirements: bool) -> Path:
     spec = yaml.safe_load((EXAMPLE / "adult.release.yaml").read_text())
     spec["data"]["path"] = str(EXAMPLE / spec["data"]["path"])
-    if SHARE is not None:
+    if SHARE is not None and "postprocess" in spec:
         spec["postprocess"]["share"] = SHARE
     if not requirements:
         spec.pop("requirements", None)
@@ -76,9 +78,16 @@ def compile_once(
 
 
 def _compile(seed: int, requirements: bool, main) -> tuple[pd.DataFrame, dict, float]:
+    from dpql.plan.planner import build_plan
+    from dpql.spec.load import load_spec
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         spec = _spec(tmp, requirements)
+        split = build_plan(load_spec(spec)).split
+        PLANNED.clear()
+        if split is not None:
+            PLANNED.update(split.to_json())
         t0 = time.time()
         args = ["compile", str(spec), "--seed", str(seed), "--quiet"]
         rc = main([*args, "--ledger", str(tmp / "ledger.jsonl")])
@@ -152,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--share", type=float, default=None, help="postprocess.share instead")
+    ap.add_argument("--share", type=float, default=None, help="fix postprocess.share")
     ap.add_argument("--only-requirements", action="store_true", help="skip the baseline")
     args = ap.parse_args(argv)
     global SHARE
@@ -190,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                 row["workload"] = post.get("workload")
                 row["codes"] = [d["code"] for d in post["diagnostics"]]
                 row["postprocess_s"] = record.get("timings", {}).get("postprocess")
+                row["post_share"] = PLANNED.get("share")
+                row["share_chosen"] = PLANNED.get("chosen")
+                row["test_sd"] = [r.get("sigma") for r in record["requirements"]]
+                row["real_noisy"] = [r.get("real_noisy") for r in record["requirements"]]
             rows.append(row)
             print(json.dumps(row), flush=True)
     by = {r: [x for x in rows if x["requirements"] == r] for r in (False, True)}

@@ -134,7 +134,7 @@ def write_spec(
     spec["synthesizer"]["rows"] = table.rows
     if synth_method:
         spec["synthesizer"] = {"method": synth_method, "rows": table.rows}
-    elif options:
+    if options:
         spec["synthesizer"]["options"] = {**spec["synthesizer"].get("options", {}), **options}
     out_dir.mkdir(parents=True, exist_ok=True)
     spec["output"] = {

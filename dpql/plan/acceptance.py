@@ -194,7 +194,7 @@ def plan_diagnostics(
                 "W507",
                 f"{name} is not tested: the release has no post-processing measurements",
                 pos,
-                "add `postprocess: {method: iproj, share: 0.2}` to measure and test requirements",
+                "add `postprocess: {method: iproj}` to measure and test requirements",
                 "warning",
             )
         ]

@@ -9,12 +9,16 @@ Passes (each pure, each collecting its diagnostics before the next runs):
    phases in exact fractions, calibrate every mechanism (:mod:`dpql.privacy`);
 5. configure the synthesizer's schedule (RAP++ rounds or DP-auto-GAN noise multipliers).
 
-Phases of a release (shares of the release's rho):
+Phases of a release (shares of the release's rho; :mod:`dpql.plan.split` chooses them):
 
-* ``synthesizer``: ``1 - postprocess.share`` (all of it without post-processing);
-* ``iproj.measure``: the post-processing measurements, ``postprocess.share`` (less the tests);
-* ``accept.test``: one counting query per model requirement, a quarter of the post-processing
-  share when the spec has model requirements.
+* ``synthesizer``: what post-processing leaves (all of it without post-processing);
+* ``iproj.measure``: the post-processing measurements, one Gaussian release per requirement
+  (or per weighted requirement), each at the rho its DP test needs;
+* ``accept.test``: the model requirements' counting queries, at the rho that brings each test's
+  sd to a small fraction of its tolerance.
+
+Their sum is ``postprocess.share`` when the spec gives it, else the least that reaches every
+requirement's tolerance (at most ``split.AUTO_SHARE_CAP``).
 
 The public seed of the random query families is derived from the spec hash, so the same spec
 always yields the same plan; it is not a DP seed.
@@ -46,6 +50,7 @@ from dpql.plan.requirements import (
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
 from dpql.plan.resources import ResourceEstimate, estimate, resource_diagnostics
+from dpql.plan.split import PostSplit, choose_split, with_releases
 from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
 from dpql.privacy.budget import BudgetLine, BudgetTable, split_rho
 from dpql.privacy.mechanisms import gaussian_sigma
@@ -53,7 +58,7 @@ from dpql.spec.load import LoadedSpec
 from dpql.synth.base import PlanContext, SynthPlan, backend
 
 PLAN_VERSION = 1
-ACCEPT_FRACTION = Fraction(1, 4)
+REACH_RTOL = 1.0 + 1e-6  # float slack on "Z sd <= t" (a need met by split_rho's rounding)
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,8 @@ class ReleasePlan:
     # Compile's estimated peak memory and time (dpql.plan.resources); shown by `dpql plan`, not
     # part of to_json, so the plan hash in a record does not depend on the estimate's model.
     resources: ResourceEstimate | None = None
+    # the post-processing budget's split (dpql.plan.split); None without post-processing
+    split: PostSplit | None = None
 
     @property
     def method(self) -> str:
@@ -156,6 +163,7 @@ class ReleasePlan:
             },
             "allocation": self.table.to_json(),
             "requirements": [r.to_json() for r in self.requirement_plans],
+            "postprocess_split": None if self.split is None else self.split.to_json(),
         }
 
 
@@ -201,20 +209,34 @@ def _budget_diag(spec: LoadedSpec, epsilon: float, ext: float) -> Diagnostic:
     )
 
 
-def phase_shares(spec: LoadedSpec, requirements: tuple[Requirement, ...]) -> dict[str, Fraction]:
-    """Exact shares of the release's rho per phase (see the module docstring)."""
+def post_split(
+    spec: LoadedSpec,
+    requirements: tuple[Requirement, ...],
+    measures: RequirementMeasures | None,
+    budget: Budget,
+) -> PostSplit | None:
+    """The post-processing budget (:mod:`dpql.plan.split`): None without a ``postprocess``
+    step or requirements. ``postprocess.share`` fixes the share when given; a backend that
+    spends nothing of dpql's budget (an external table) gives post-processing all of it."""
     post = spec.model.postprocess
     spends = backend(spec.model.synthesizer.method).spends_budget
-    shares: dict[str, Fraction] = {}
-    post_share = (
-        Fraction(post.share).limit_denominator(10**6) if post and requirements else Fraction(0)
+    if not requirements or measures is None or (post is None and spends):
+        return None
+    share = (None if post is None or post.share is None else float(post.share)) if spends else 1.0
+    return choose_split(
+        requirements, measures, rho=budget.rho, n=spec.rows, domain=spec.domain, share=share
     )
-    if not spends:  # dpql only post-processes: all of its budget goes there
-        post_share = Fraction(1) if requirements else Fraction(0)
+
+
+def phase_shares(spec: LoadedSpec, split: PostSplit | None) -> dict[str, Fraction]:
+    """Exact shares of the release's rho per phase (see the module docstring)."""
+    spends = backend(spec.model.synthesizer.method).spends_budget
+    shares: dict[str, Fraction] = {}
+    post_share = split.share if split is not None else Fraction(0)
     if post_share:
-        if any(isinstance(r, ModelRequirement) for r in requirements):
-            shares["accept.test"] = post_share * ACCEPT_FRACTION
-            shares["iproj.measure"] = post_share - shares["accept.test"]
+        if split is not None and split.test_share > 0:
+            shares["accept.test"] = split.test_share
+            shares["iproj.measure"] = post_share - split.test_share
         else:
             shares["iproj.measure"] = post_share
     if spends:
@@ -264,7 +286,10 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     measures = expand_requirements(requirements, domain) if requirements else None
 
     budget = _checked_budget(spec)
-    shares = phase_shares(spec, requirements)
+    split = post_split(spec, requirements, measures, budget)
+    if split is not None and measures is not None:
+        measures = with_releases(measures, split)
+    shares = phase_shares(spec, split)
     phase_rho = split_rho(budget.rho, shares)
     synth = backend(model.synthesizer.method).plan(
         PlanContext(spec, resolved.queries, budget.epsilon, budget.delta, phase_rho)
@@ -288,12 +313,24 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         else None
     )
     req_plans = tuple(
-        _requirement_plan(spec, r, unit_sigmas, cells, n_tests, shares, budget, item.pos)
-        for r, cells, item in zip(
-            requirements,
-            measures.index if measures else [()] * len(requirements),
-            spec.requirements,
-            strict=True,
+        _requirement_plan(
+            spec,
+            r,
+            unit_sigmas,
+            cells,
+            n_tests,
+            shares,
+            budget,
+            item.pos,
+            split.smallest_rho[i] if split is not None else None,
+        )
+        for i, (r, cells, item) in enumerate(
+            zip(
+                requirements,
+                measures.index if measures else [()] * len(requirements),
+                spec.requirements,
+                strict=True,
+            )
         )
     )
     req_diags = [d for p in req_plans for d in p.diagnostics]
@@ -320,6 +357,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         + tuple(req_diags)
         + tuple(res_diags),
         resources,
+        split,
     )
 
 
@@ -414,6 +452,7 @@ def _requirement_plan(
     shares: dict[str, Fraction],
     budget: Budget,
     pos: SourcePos | None = None,
+    smallest_rho: float | None = None,
 ) -> RequirementPlan:
     """A requirement's row of the plan: the predicted sd of the DP value it is judged on at the
     planned budget (``acceptance.predicted_sd``: the I-projection releases, at the largest noise
@@ -449,8 +488,12 @@ def _requirement_plan(
     reachable: bool | None = None
     bound_ok = bound_can_hold(req, domain)
     if measured and tol is not None:
-        smallest = _smallest_epsilon(sd_unit, tol, budget)
-        reachable = bool(Z * sd <= tol)
+        reachable = bool(Z * sd <= tol * REACH_RTOL)
+        smallest = (
+            _epsilon_for_rho(smallest_rho, budget)
+            if smallest_rho is not None
+            else _smallest_epsilon(sd_unit, tol, budget)
+        )
     elif not bound_ok:
         reachable = False
     diags = plan_diagnostics(
@@ -462,6 +505,17 @@ def _requirement_plan(
         pos=pos,
     )
     return RequirementPlan(req, sd, tol, reachable, smallest, metric, tuple(diags))
+
+
+def _epsilon_for_rho(rho: float, budget: Budget, hi: float = 1e3) -> float:
+    """The release epsilon whose rho (of dpql's own budget) is ``rho``: ``eps_from_rho`` at the
+    delta left by an external table, plus its epsilon; at least the external epsilon plus 1e-4,
+    ``inf`` above ``hi``."""
+    lo = budget.external_epsilon + 1e-4
+    if not (math.isfinite(rho) and 0 < rho <= hi):  # rho-zCDP costs epsilon >= rho
+        return lo if rho == 0 else math.inf
+    eps = budget.external_epsilon + eps_from_rho(rho, budget.delta - budget.external_delta)
+    return math.inf if eps > hi else max(eps, lo)
 
 
 def _smallest_epsilon(sd_unit: float, tolerance: float, budget: Budget, hi: float = 1e3) -> float:

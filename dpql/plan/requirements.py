@@ -99,8 +99,10 @@ class RequirementMeasures:
     products 1/(2n), centred squares 1/(4n); together the L2 sensitivity is the root sum of
     squares, :func:`~dpql.plan.ir.joint_l2_sensitivity`); ``index[r]`` lists the positions of
     requirement ``r``'s queries in ``queries``; ``releases`` says how they are measured
-    (spec/language.md sec. 5.3): one joint release of all of them, or, when the requirements
-    carry weights, one release per requirement with budget share ``w_r / sum(w)``.
+    (spec/language.md sec. 5.3): :func:`expand_requirements` gives one joint release of all of
+    them, or, when the requirements carry weights, one release per requirement with budget
+    share ``w_r / sum(w)``; the planner then sets the releases it chose
+    (:mod:`dpql.plan.split`: one per requirement, each at the rho its test needs).
     """
 
     queries: tuple[Query, ...]

@@ -597,8 +597,8 @@ def resolve_requirements(
             "E314",
             "some requirements have a weight and this one has none",
             nodes[i],
-            "give every requirement a `weight w` or none (none: one joint release, every "
-            "measure with the same noise)",
+            "give every requirement a `weight w` or none (none: the planner splits the "
+            "budget, one release per requirement)",
         )
     sink.raise_if_errors()
     return tuple(r for r in out if r is not None)

@@ -191,10 +191,16 @@ def _rap_parts(domain: Domain, schedule: Any, options: Any) -> dict[str, float]:
     return parts
 
 
-def _gan_sizes(domain: Domain, o: Any) -> tuple[int, int]:
+def _minmax_width(domain: Domain) -> int:
+    """Length of the paper's (``minmax``) encoding: one-hot categoricals, one coordinate else."""
+    return sum(c.card if c.kind == "categorical" and c.card > 2 else 1 for c in domain)
+
+
+def _gan_sizes(domain: Domain, o: Any, width: int | None = None) -> tuple[int, int]:
     """Parameters of the DP-auto-GAN autoencoder and of its critic and generator
-    (dpql.synth.gan.nets; the encoding is dpql.synth.gan.encoding)."""
-    n = sum(c.card if c.kind == "categorical" and c.card > 2 else 1 for c in domain)
+    (dpql.synth.gan.nets) for an encoded vector of ``width`` coordinates
+    (dpql.synth.gan.encoding.width; default: the ``minmax`` encoding's)."""
+    n = width or _minmax_width(domain)
     d = o.ae_latent_dim
     h = o.ae_hidden if o.ae_hidden is not None else (n + d) // 2
     ae = 2 * (n * h + h * d) + 2 * h + n + d
@@ -206,11 +212,11 @@ def _gan_sizes(domain: Domain, o: Any) -> tuple[int, int]:
     return ae, critic
 
 
-def _gan_parts(domain: Domain, o: Any, n_mem: int) -> dict[str, float]:
+def _gan_parts(domain: Domain, o: Any, n_mem: int, width: int | None = None) -> dict[str, float]:
     """DP-SGD's per-example gradients (a padded batch of them), the networks with their
     optimiser states, and the encoded data (float32)."""
-    ae, critic = _gan_sizes(domain, o)
-    n = sum(c.card if c.kind == "categorical" and c.card > 2 else 1 for c in domain)
+    ae, critic = _gan_sizes(domain, o, width)
+    n = width or _minmax_width(domain)
 
     def padded(batch: int) -> float:
         return batch + 6 * math.sqrt(batch) + 1
@@ -238,17 +244,26 @@ def rap_cost(domain: Domain, workload: Sequence[Query], schedule: Any, options: 
     return SynthCost(rap, seconds, extra)
 
 
-def gan_cost(domain: Domain, options: Any, n: int, engine: str) -> Any:
-    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data."""
+def gan_cost(
+    domain: Domain,
+    options: Any,
+    n: int,
+    engine: str,
+    width: int | None = None,
+    marginal_cells: int = 0,
+) -> Any:
+    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data, and
+    the non-private fine-tuning on ``marginal_cells`` measured cells (``width``: the encoded
+    vector's length, from the backend's encoding)."""
     from dpql.synth.base import SynthCost
 
-    gan = _gan_parts(domain, options, _data_rows_in_memory(n, engine))
-    ae, critic = _gan_sizes(domain, options)
+    gan = _gan_parts(domain, options, _data_rows_in_memory(n, engine), width)
+    ae, critic = _gan_sizes(domain, options, width)
     o = options
-    seconds = STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * (
-        o.ae_steps * o.ae_batch_size * ae + o.critic_steps * o.critic_batch_size * critic
-    )
-    return SynthCost(gan, seconds)
+    flops = o.ae_steps * o.ae_batch_size * ae + o.critic_steps * o.critic_batch_size * critic
+    if marginal_cells:  # fine-tuning: forward and backward through G and De, relaxed marginals
+        flops += o.finetune_steps * o.finetune_batch_size * (ae + critic + marginal_cells)
+    return SynthCost(gan, STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * flops)
 
 
 def estimate(

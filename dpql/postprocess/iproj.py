@@ -7,9 +7,9 @@ for improving utility on selected measures" (digest ``papers/postprocessing.md``
    oracle (this module never sees private rows) in Gaussian releases calibrated to the L2
    sensitivity of each release's vector (replace-one; ``plan.ir.joint_l2_sensitivity``: 1/n
    per first moment or count, 1/(2n) per centred product, 1/(4n) per centred square, so the
-   second moments cost less noise than the paper's raw ones): ONE release of all of them (the
-   paper), or one per weighted requirement
-   (``dpql.plan.requirements.Release``); a measure in several releases is their
+   second moments cost less noise than the paper's raw ones): one release per requirement
+   (``dpql.plan.requirements.Release``, the planner's split, ``dpql.plan.split``; without
+   ``releases``, ONE release of all of them, the paper); a measure in several releases is their
    inverse-variance average, so every measure carries its own noise sd ``sigma_k``.
 2. :func:`project_to_hull` -- denoise: the noisy answers ``a`` are projected onto the convex hull
    of the per-row query vectors ``f(x_i)`` of the synthetic rows (the paper's QP, sec. 3 / App. B;
@@ -49,7 +49,7 @@ from dpql.plan.exact import per_row
 from dpql.plan.ir import Query, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import Release, joint_release, release_rhos
-from dpql.postprocess.dual import _kkt, solve_dual
+from dpql.postprocess.dual import SparseQueries, _kkt, solve_dual, solve_penalised
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
@@ -128,6 +128,58 @@ def measure(
     # a query answered once keeps its released value bit for bit (a whole number of grid steps)
     noisy = np.where(releases_of == 1, single, total / precision)
     return Measurement(queries, noisy, 1 / np.sqrt(precision), rho, oracle.n)
+
+
+def sparse_workload(
+    measurements: Sequence[tuple[Query, Any, float]], table: EncodedTable, prior_rows: float
+) -> SparseQueries | None:
+    """The synthesizer's noisy workload answers (``SynthResult.measurements``: DP outputs it
+    already paid for) as penalised queries of the projection: per-row sparse features on
+    ``table`` (every row touches at most one cell of a marginal, of a prefix or halfspace split
+    by a label, of a count or a moment), targets the noisy answers and ridge ``prior_rows *
+    sigma^2`` (the dual of the penalty ``(E_w g - b)^2 / (2 sigma^2)`` against the prior's
+    ``prior_rows * KL``). Queries of another shape, or without a finite positive sd, are left
+    out; None when none is left."""
+    from dpql.plan.exact import eval_pred
+    from dpql.plan.ir import Count, Halfspace, Marginal, Prefix
+
+    idx, val, cells, target, ridge = [], [], [], [], []
+    n = table.n
+    for q, noisy, sd in measurements:
+        b = np.ravel(np.asarray(noisy, dtype=np.float64))
+        if not (math.isfinite(sd) and sd > 0) or not np.isfinite(b).all():
+            continue
+        if isinstance(q, Marginal):
+            i = np.zeros(n, dtype=np.int64)
+            for c in q.columns:
+                i = i * table.domain.card(c) + table.codes[c]
+            v = np.ones(n)
+        elif isinstance(q, Prefix | Halfspace):
+            if isinstance(q, Prefix):
+                hit = np.ones(n, dtype=bool)
+                for c, thr in zip(q.columns, q.thresholds, strict=True):
+                    hit &= table.scaled[c] <= thr
+            else:
+                z = np.column_stack([table.scaled[c] for c in q.columns]) @ np.asarray(q.theta)
+                hit = z > q.tau
+            v = hit.astype(np.float64)
+            i = np.zeros(n, dtype=np.int64) if q.by is None else table.codes[q.by].astype(np.int64)
+        elif isinstance(q, Count):
+            v = eval_pred(q.predicate, table).astype(np.float64)
+            i = np.zeros(n, dtype=np.int64)
+        else:
+            continue
+        k = q.cells(table.domain)
+        if b.size != k:
+            continue
+        idx.append(i)
+        val.append(v)
+        cells.append(k)
+        target.append(b)
+        ridge.append(np.full(k, float(prior_rows) * sd * sd))
+    if not idx:
+        return None
+    return SparseQueries(tuple(idx), tuple(val), tuple(cells), tuple(target), tuple(ridge))
 
 
 def features(queries: Sequence[Query], table: EncodedTable) -> np.ndarray:
@@ -247,6 +299,7 @@ class IProjResult:
     ess_floor: float = 0.0  # the floor on ess, in rows
     shrink: float = 1.0  # fraction of the way to the target kept to respect ess_floor
     resampling_shift: float = 0.0  # max_k |after_k - reweighted_k| / sigma_k
+    penalty_cells: int = 0  # workload cells penalised in the projection (0: none)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the provenance record's ``postprocess`` section: no rows, no weights.
@@ -340,6 +393,7 @@ def iproject(
     kkt_tol: float = 1e-6,
     prior_rows: float | None = None,
     ess_floor: float = 0.0,
+    workload: SparseQueries | None = None,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
 
@@ -350,7 +404,14 @@ def iproject(
     paper's hard I-projection. ``ess_floor`` (fraction of the usable rows): when the weights'
     effective sample size would fall below it, the target is pulled toward the synthetic
     moments (by bisection on the fraction ``shrink`` of the way kept) until it does not, with
-    ``W508`` giving the figures.
+    ``W508`` giving the figures. ``workload`` (with ``prior_rows``; :func:`sparse_workload`):
+    the synthesizer's own noisy workload answers join the MAP objective as further penalties
+    ``(E_w g_j - b_j)^2 / (2 sigma_j^2)``, so the reweighting pays for every measured workload
+    cell it moves away from what the synthesizer fitted; solved jointly by L-BFGS
+    (``dual.solve_penalised``, started from the requirements-only Newton duals; ``gamma`` is
+    not used there, the ridge keeps the dual finite). With them the ESS bisection runs on the
+    requirements alone (Newton) and the joint solution at the found fraction is pulled back by
+    further steps of 0.8 until it too meets the floor.
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -399,28 +460,61 @@ def iproject(
         # the affine projection exactly, so it does not trigger this bias.
         target = (1 - eta) * target + eta * Fk.mean(axis=0)
     ridge = 0.0 if prior_rows is None else float(prior_rows) * measurement.sigma**2
-    sol = solve_dual(Fk, target, gamma, method=method, seed=seed, ridge=ridge)
+    penal = workload.rows(ok) if workload is not None and prior_rows else None
+    smooth_viol: dict[int, float] = {}  # id(solution) -> its largest gradient entry
+
+    def plain(tgt: np.ndarray) -> Any:  # the requirements alone (Newton, ~0.3 s here)
+        return solve_dual(Fk, tgt, gamma, method=method, seed=seed, ridge=ridge)
+
+    def joint(tgt: np.ndarray, hint: Any) -> Any:
+        """With the workload penalties (L-BFGS), started from the requirements-only duals
+        ``hint`` at the same target and zero workload duals."""
+        assert penal is not None
+        x0 = np.concatenate([hint.lam, np.zeros(penal.size)])
+        sol, _, v = solve_penalised(
+            Fk, tgt, np.broadcast_to(ridge, tgt.shape), penal, start=x0, weights=hint.weights
+        )
+        smooth_viol[id(sol)] = v
+        return sol
+
+    def ess(s: Any) -> float:
+        return float(1.0 / np.sum(s.weights**2))
+
     m = Fk.shape[0]
     floor = float(ess_floor) * m
     shrink = 1.0
-    ess0 = float(1.0 / np.sum(sol.weights**2))
+    sol = plain(target)
+    ess0 = ess(sol)
+    if penal is not None and ess0 >= floor:
+        sol = joint(target, sol)
+        ess0 = ess(sol)
     if ess0 < floor:
         start = Fk.mean(axis=0)
+        full = target
         lo, hi, best = 0.0, 1.0, None
         for _ in range(12):  # bisection on the fraction of the way to the target
             mid = 0.5 * (lo + hi)
-            trial = solve_dual(
-                Fk, start + mid * (target - start), gamma, method=method, seed=seed, ridge=ridge
-            )
-            if 1.0 / np.sum(trial.weights**2) >= floor:
+            # on the requirements alone: a joint solve far from the table takes ~10-30 s, and
+            # the joint solution is checked against the floor below
+            trial = plain(start + mid * (full - start))
+            if ess(trial) >= floor:
                 lo, best = mid, trial
             else:
                 hi = mid
         shrink = lo
-        target = start + lo * (target - start)
-        sol = best if best is not None else solve_dual(
-            Fk, target, gamma, method=method, seed=seed, ridge=ridge
-        )
+        target = start + lo * (full - start)
+        sol = best if best is not None else plain(target)
+        for _ in range(8 if penal is not None else 0):  # the joint solution, floored too
+            trial = joint(target, sol)
+            if ess(trial) >= floor or shrink == 0:
+                sol = trial
+                break
+            shrink *= 0.8
+            target = start + shrink * (full - start)
+            sol = plain(target)
+        else:
+            if penal is not None:  # eight shrinks did not reach the floor: the last joint
+                sol = joint(target, sol)
         diags.append(
             Diagnostic(
                 "W508",
@@ -434,7 +528,11 @@ def iproject(
             )
         )
     resid = sol.weights @ Fk - target - ridge * sol.lam
-    viol = _kkt(resid, sol.lam, np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape))
+    if penal is None:
+        gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape)
+        viol = _kkt(resid, sol.lam, gam)
+    else:  # the smooth problem's gradient, workload duals included, at the kept solution
+        viol = float(max(np.max(np.abs(resid), initial=0.0), smooth_viol.get(id(sol), 0.0)))
     if whitened > 3 * math.sqrt(K):  # ||noise / sigma||_2 ~ sqrt(K) (chi with K dof)
         diags.append(
             Diagnostic(
@@ -490,4 +588,5 @@ def iproject(
         ess_floor=floor,
         shrink=shrink,
         resampling_shift=float(np.nanmax(shift, initial=0.0)),
+        penalty_cells=0 if penal is None else penal.size,
     )

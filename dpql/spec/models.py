@@ -282,17 +282,55 @@ class GanOptions(_Model):
         description="With encoding: bins, an integer column with at most this many values is "
         "one-hot over its values (0: never).",
     )
-    marginal_share: Annotated[float, Field(ge=0.0, le=0.5)] = Field(
-        0.0,
-        description="Fraction of the synthesizer's rho spent on DP 1-way marginals (one "
-        "Gaussian release, phase gan.marginals); the sampled table is resampled from a larger "
-        "pool of generated rows to match them. 0: no measurement, plain sampling.",
+    marginal_share: Annotated[float, Field(ge=0.0, le=0.9)] | None = Field(
+        None,
+        description="Fraction of the synthesizer's rho spent on one Gaussian release of DP "
+        "marginals (phase gan.marginals): every 1-way marginal, and with encoding: bins the "
+        "workload's k-way marginals chosen by marginal_ways and marginal_noise_limit. The "
+        "generator is fitted to them and the table resampled to the 1-way ones. Default: 0.5 "
+        "with encoding: bins, 0 (no measurement, plain sampling) with minmax.",
+    )
+    marginal_ways: Annotated[int, Field(ge=1, le=3)] = Field(
+        2,
+        description="With encoding: bins, the highest order of the measured marginals: the "
+        "k-way sub-marginals (k <= marginal_ways) of the workload's marginals are candidates; "
+        "1: only the 1-way marginals.",
+    )
+    marginal_noise_limit: Annotated[float, Field(gt=0.0, le=10.0, allow_inf_nan=False)] = Field(
+        1.0,
+        description="A candidate k-way marginal is measured only while its expected L1 noise "
+        "(sqrt(2/pi) sigma cells, as a fraction of n) stays below this; candidates are taken "
+        "smallest first (public: the domain, the workload and the budget).",
+    )
+    marginal_weight: Annotated[float, Field(ge=0.0, le=1e6, allow_inf_nan=False)] = Field(
+        1.0,
+        description="Weight lambda of the marginal penalty added to the generator's WGAN loss "
+        "(encoding: bins with measured marginals).",
+    )
+    finetune_steps: Annotated[int, Field(ge=0, le=10**6)] = Field(
+        2000,
+        description="Non-private Adam steps of generator and decoder on the marginal penalty "
+        "alone after DP-SGD (post-processing of DP outputs; encoding: bins with measured "
+        "marginals).",
+    )
+    finetune_batch_size: Annotated[int, Field(ge=1, le=1 << 16)] = Field(
+        1024, description="Generated rows per fine-tuning step."
+    )
+    finetune_learning_rate: PositiveFloat = Field(
+        0.002, description="Adam learning rate of the fine-tuning steps."
     )
     resample_pool: Annotated[int, Field(ge=1, le=16)] = Field(
         4,
-        description="With marginal_share > 0: generated rows per synthetic row in the pool "
-        "the resampling draws from.",
+        description="With measured marginals: generated rows per synthetic row in the pool "
+        "the resampling (raking to the 1-way marginals) draws from.",
     )
+
+    @property
+    def effective_marginal_share(self) -> float:
+        """``marginal_share``, or its default for the encoding (0.5 bins, 0 minmax)."""
+        if self.marginal_share is not None:
+            return self.marginal_share
+        return 0.5 if self.encoding == "bins" else 0.0
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None = None) -> GanOptions:
@@ -311,14 +349,18 @@ class AimOptions(_Model):
     ``rounds`` select-and-measure rounds after one release of every 1-way marginal."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
-        None, description="Adaptive rounds; default: one marginal per column (4 to 16), in "
-        "at most 6 rounds (dpql.synth.aim.default_rounds)."
+        None, description="Adaptive rounds; default: one marginal per column (4 to 16, fewer "
+        "where the noise would swamp them), in at most 4 rounds "
+        "(dpql.synth.aim.default_schedule)."
     )
     per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
         None, description="Marginals selected and measured per round; default: by the rule "
         "above with rounds unset, else 1."
     )
-    init_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.2
+    init_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = Field(
+        None, description="Share of rho on the 1-way marginals; default: enough for 0.05 "
+        "expected L1 noise per column, within [0.2, 0.7] (dpql.synth.aim.default_schedule)."
+    )
     select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] = Field(
         20.0, description="Cap on the graphical model's size in MB (AIM's model-size filter)."
@@ -382,7 +424,12 @@ SynthesizerSpec = Annotated[
 
 class PostprocessSpec(_Model):
     method: Literal["iproj"]
-    share: Share = Field(description="Fraction of the release budget for its measurements.")
+    share: Share | None = Field(
+        None,
+        description="Fraction of the release budget for post-processing (its measurements and "
+        "acceptance tests). Unset: the planner chooses the least that reaches every "
+        "requirement's tolerance, at most half (spec/language.md 11).",
+    )
 
 
 class OutputSpec(_Model):
@@ -432,6 +479,12 @@ class ReleaseSpec(_Model):
     @classmethod
     def _absent_requirements(cls, v: Any) -> Any:
         return [] if v is None else v  # `requirements:` with nothing under it
+
+    @field_validator("synthesizer", mode="before")
+    @classmethod
+    def _default_method(cls, v: Any) -> Any:
+        # no `method:` means the planner's choice (method: auto, spec/language.md 11)
+        return {"method": "auto", **v} if isinstance(v, dict) and "method" not in v else v
 
 
 class Lifetime(_Model):

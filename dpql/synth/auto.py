@@ -52,6 +52,13 @@ class AutoBackend:
         name, reason = choose(ctx.queries, ctx.spec.rows, ctx.epsilon)
         chosen = backend(name)
         inner = chosen.plan_with(ctx, DEFAULT_OPTIONS[name]())  # type: ignore[attr-defined]
+        if name == "aim":
+            o = inner.options
+            reason += (
+                f"; its schedule (dpql.synth.aim.default_schedule): {o['init_share']:.0%} of the "
+                f"budget on the 1-way marginals, then {o['rounds']} round(s) of {o['per_round']} "
+                "marginal(s)"
+            )
         return SynthPlan(
             "auto",
             inner.lines,

@@ -10,8 +10,13 @@ Pipeline use::
 
     options = GanOptions.from_mapping(spec.synthesizer.options)     # validates, no data
     plan = plan_gan(options, n_public, budget, split)                # calibrates noise, no data
-    model = train_gan(private_rows, plan, noise=noise, ledger=ledger, progress=callback)
+    model = train_gan(private_rows, plan, noise=noise, ledger=ledger, progress=callback,
+                      marginals=noisy)         # optional: DP marginals to fit (issue 16)
     table = sample(model, rows, seed)                                # post-processing
+
+With ``encoding: bins`` and DP-measured marginals (the backend's ``gan.marginals`` phase) the
+generator is also fitted to them (:mod:`.fidelity`): a penalty on its WGAN loss, then
+non-private fine-tuning of generator and decoder, and sampling draws each column's code.
 
 Privacy accounting: two Poisson-subsampled Gaussian phases (autoencoder, critic), appended to
 the ledger as ``dpsgd`` events and composed by :mod:`dpql.privacy.accountant` under dpql's
@@ -32,7 +37,7 @@ def __getattr__(name: str) -> Any:
         from dpql.synth.gan import train
 
         return getattr(train, name)
-    if name in ("dpsgd", "encoding", "nets", "train"):
+    if name in ("dpsgd", "encoding", "fidelity", "nets", "train"):
         import importlib
 
         return importlib.import_module(f"dpql.synth.gan.{name}")

@@ -4,17 +4,26 @@
 Privacy boundary: DP-SGD reads private rows, through the data layer's row access
 (``ctx.private.rows()``), and appends one ``dpsgd`` event per phase before it trains.
 
-With ``marginal_share > 0`` (issue 16) the plan also reserves that fraction of the synthesizer's
-rho for one Gaussian release of every 1-way marginal (budget line ``gan.marginals``, measured
-through ``ctx.private.oracle`` before training) and calibrates DP-SGD on the rest, composed with
-it; sampling then draws the synthetic rows from ``resample_pool`` times as many generated rows,
-weighted by raking to the noisy marginals (post-processing of DP outputs).
+With a marginal share > 0 (``marginal_share``; default 0.5 with ``encoding: bins``, issue 16)
+the plan also reserves that fraction of the synthesizer's rho for one Gaussian release of
+marginals (budget line ``gan.marginals``, measured through ``ctx.private.oracle`` before
+training): every 1-way marginal and, with ``encoding: bins``, the workload's k-way marginals
+that :func:`marginal_queries` picks from public facts. Mechanism: the discrete Gaussian on the
+marginals' integer counts, replace-one neighbours at the public n, joint L2 sensitivity
+``sqrt(2 K) / n`` for K marginals (one row changes two cells of each by 1/n), rho-zCDP.
+DP-SGD is calibrated on the rest of the budget, composed with it. With ``encoding: bins`` the
+generator is then trained on the noisy marginals too (:mod:`dpql.synth.gan.fidelity`; a
+penalty on its WGAN loss, then non-private fine-tuning) and rows are sampled code by code;
+sampling draws the synthetic rows from ``resample_pool`` times as many generated rows,
+weighted by raking to the noisy 1-way marginals. All of that is post-processing of DP outputs.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,6 +35,7 @@ from dpql.plan.ir import Marginal, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.ledger import PrivacyEvent
 from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult
+from dpql.synth.gan import encoding
 from dpql.synth.gan.options import GanOptions
 from dpql.synth.gan.plan import GanPlan, plan_gan
 
@@ -65,16 +75,18 @@ class GanBackend:
         options: GanOptions = spec.model.synthesizer.options
         _refuse_kept_missing(spec)
         marginal_lines: tuple[BudgetLine, ...] = ()
-        if options.marginal_share > 0 and ctx.phase_rho.get("synthesizer", 0.0) > 0:
-            rho_m = options.marginal_share * ctx.phase_rho["synthesizer"]
-            queries = marginal_queries(spec.domain)
-            l2 = joint_l2_sensitivity(queries, spec.rows)
+        measured: tuple[Marginal, ...] = ()
+        share = options.effective_marginal_share
+        if share > 0 and ctx.phase_rho.get("synthesizer", 0.0) > 0:
+            rho_m = share * ctx.phase_rho["synthesizer"]
+            measured = marginal_queries(spec.domain, ctx.queries, options, rho_m, spec.rows)
+            l2 = joint_l2_sensitivity(measured, spec.rows)
             sigma = l2 / math.sqrt(2 * rho_m)
             others.append(
                 PrivacyEvent(
                     MARGINAL_PHASE,
                     "gaussian",
-                    "planned gan 1-way marginals",
+                    f"planned gan marginals ({len(measured)})",
                     l2_sensitivity=l2,
                     noise_scale=sigma,
                     rho=rho_m,
@@ -101,14 +113,17 @@ class GanBackend:
                     )
                 ]
             ) from None
+        gan = dataclasses.replace(gan, marginals=tuple(q.columns for q in measured))
         lines = marginal_lines + tuple(
             BudgetLine(f"gan.{e.phase}", "dpsgd", e.steps or 1, None, e.noise_multiplier, spec.rows)
             for e in gan.events()
         )
-        return SynthPlan(
-            "gan", lines, gan, gan_cost(spec.domain, options, spec.rows, spec.model.data.engine),
-            options.model_dump(mode="json"),
-        )
+        cost = gan_cost(
+            spec.domain, options, spec.rows, spec.model.data.engine,
+            encoding.width(spec.domain, options.encoding, options.integer_levels),
+            sum(spec.domain.cells(q.columns) for q in measured) if options.finetune_steps else 0,
+        )  # fmt: skip
+        return SynthPlan("gan", lines, gan, cost, options.model_dump(mode="json"))
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from dpql.synth.gan.train import sample, train_gan
@@ -117,35 +132,78 @@ class GanBackend:
         marginals = None
         line = next((x for x in plan.lines if x.phase == f"gan.{MARGINAL_PHASE}"), None)
         if line is not None:  # measured first: the plan's line order is the ledger's
-            queries = marginal_queries(ctx.spec.domain)
+            queries = tuple(Marginal(cols) for cols in gan.marginals)
+            ways = max(len(q.columns) for q in queries)
             noisy = ctx.private.oracle.measure(
-                queries, line.rho, phase=MARGINAL_PHASE, label=f"{len(queries)} one-way marginals"
-            )
-            marginals = {
-                q.columns[0]: np.asarray(y, dtype=np.float64)
+                queries, line.rho, phase=MARGINAL_PHASE,
+                label=f"{len(queries)} marginals of at most {ways} columns",
+            )  # fmt: skip
+            marginals = [
+                (q.columns, np.asarray(y, dtype=np.float64))
                 for q, y in zip(queries, noisy, strict=True)
-            }
+            ]
         # DP-SGD is the second privacy boundary: it reads the private rows (DESIGN inv. 2), in
         # memory, or for large files from an out-of-core row store (dpql.data.rows).
         with ctx.private.rows() as private:
             model = train_gan(
-                private, gan, noise=ctx.noise, ledger=ctx.ledger, progress=ctx.progress
-            )
+                private, gan, noise=ctx.noise, ledger=ctx.ledger, progress=ctx.progress,
+                marginals=marginals,
+            )  # fmt: skip
         rows = ctx.spec.model.synthesizer.rows
         if marginals is None:
             table = sample(model, rows, ctx.seed)
         else:
             pool = sample(model, rows * gan.options.resample_pool, ctx.seed)
-            table = resample_to_marginals(pool, marginals, rows, ctx.seed)
+            one_way = {cols[0]: y for cols, y in marginals if len(cols) == 1}
+            table = resample_to_marginals(pool, one_way, rows, ctx.seed)
         return SynthResult(table, {"options": dict(plan.options)})
 
 
 MARGINAL_PHASE = "marginals"
 
 
-def marginal_queries(domain: Any) -> tuple[Marginal, ...]:
-    """The 1-way marginals the ``gan.marginals`` phase releases, in domain order (public)."""
-    return tuple(Marginal((c.name,)) for c in domain)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def marginal_queries(
+    domain: Any,
+    workload: Sequence[Any] = (),
+    options: GanOptions | None = None,
+    rho: float = 0.0,
+    n: int = 1,
+) -> tuple[Marginal, ...]:
+    """The marginals the ``gan.marginals`` phase releases, chosen from public facts only.
+
+    Always every 1-way marginal, in domain order. With ``encoding: bins`` and
+    ``marginal_ways >= 2``, also k-way marginals (2 <= k <= ``marginal_ways``) over column
+    sets contained in a workload marginal (every column pair when the workload has no marginal
+    over two or more columns), smallest (fewest cells) first, while the candidate's
+    expected L1 noise ``sqrt(2/pi) * sigma * cells`` stays below ``marginal_noise_limit``,
+    where ``sigma = sqrt(K) / (n sqrt(rho))`` is the per-cell noise (as a fraction of n) of one
+    Gaussian release of all ``K`` chosen marginals at ``rho`` (joint L2 sensitivity
+    ``sqrt(2 K) / n`` under replace-one). Depends on the domain, the workload, the options,
+    ``rho`` and the public ``n``: never on data."""
+    ones = tuple(Marginal((c.name,)) for c in domain)
+    o = options
+    if o is None or o.encoding != "bins" or o.marginal_ways < 2 or rho <= 0:
+        return ones
+    names = list(domain.names)
+    candidates: set[tuple[str, ...]] = set()
+    for q in workload:
+        if isinstance(q, Marginal) and len(set(q.columns)) >= 2:
+            cols = sorted(set(q.columns), key=names.index)
+            for k in range(2, min(o.marginal_ways, len(cols)) + 1):
+                candidates.update(itertools.combinations(cols, k))
+    if not candidates:  # no k-way workload marginal: every pair, for a general-purpose table
+        candidates.update(itertools.combinations(names, 2))
+    ordered = sorted(candidates, key=lambda c: (domain.cells(c), [names.index(x) for x in c]))
+    chosen: list[Marginal] = []
+    for cols in ordered:
+        sigma = math.sqrt(len(ones) + len(chosen) + 1) / (n * math.sqrt(rho))
+        if SQRT_2_OVER_PI * sigma * domain.cells(cols) >= o.marginal_noise_limit:
+            break  # cells grow and sigma grows along the order: no later candidate fits
+        chosen.append(Marginal(cols))
+    return ones + tuple(chosen)
 
 
 def _simplex(y: np.ndarray) -> np.ndarray:

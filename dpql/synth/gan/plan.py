@@ -60,7 +60,9 @@ class GanPlan:
     """Everything training needs, fixed without data: options and both DP-SGD phases.
 
     ``epsilon`` is the accountant's (epsilon, ``delta``)-DP of the two phases composed, under
-    the ledger's neighbouring relation (replace-one at ``n_public``).
+    the ledger's neighbouring relation (replace-one at ``n_public``). ``marginals``: the
+    columns of each marginal the ``gan.marginals`` release measures (empty: none), chosen by
+    the backend's plan from public facts.
     """
 
     options: GanOptions
@@ -69,6 +71,7 @@ class GanPlan:
     critic: DpSgdPhase
     delta: float
     epsilon: float
+    marginals: tuple[tuple[str, ...], ...] = ()  # columns of each gan.marginals query, in order
 
     def events(self) -> tuple[PrivacyEvent, PrivacyEvent]:
         """The ledger events of the two phases (what :func:`train_gan` appends)."""

@@ -13,6 +13,13 @@ Two phases, each DP-SGD on the private rows (:mod:`dpql.synth.gan.dpsgd`):
    non-private RMSProp step on ``-mean D(sigmoid(De(G(z))))`` through the frozen decoder
    (Algorithm 5): it sees only noised critic parameters, so it is post-processing.
 
+3. (issue 16, ``encoding: bins`` with DP-measured marginals) the generator's loss also gets
+   ``marginal_weight`` times the squared error of its relaxed marginals against the noisy
+   ones (:mod:`dpql.synth.gan.fidelity`), and after phase 2 generator and decoder take
+   ``finetune_steps`` Adam steps on that penalty alone (:func:`finetune`). Both see only DP
+   outputs (noised critic parameters, the ``gan.marginals`` release): post-processing, no
+   ledger event. Sampling then draws each column's code from the decoder's probabilities.
+
 Accounting: the two phases are ``autoencoder_steps`` and ``critic_steps`` compositions of the
 Poisson-subsampled Gaussian mechanism; :func:`~dpql.synth.gan.plan.plan_gan` fixes their
 parameters before any data is read and :func:`train_gan` appends one ``dpsgd`` ledger event
@@ -32,7 +39,7 @@ steps at a time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -46,7 +53,7 @@ from dpql.domain import Domain, EncodedTable
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
 from dpql.progress import Progress
-from dpql.synth.gan import encoding, nets
+from dpql.synth.gan import encoding, fidelity, nets
 from dpql.synth.gan.dpsgd import (
     Params,
     PerExampleLoss,
@@ -105,6 +112,7 @@ class GanModel:
     options: GanOptions
     decoder: Params
     generator: Params
+    stochastic: bool = False  # draw each block's code (fitted to marginals) instead of argmax
 
 
 def _run_phase(
@@ -218,8 +226,15 @@ def train_gan(
     noise: NoiseSource,
     ledger: Ledger,
     progress: Progress | None = None,
+    marginals: Sequence[tuple[tuple[str, ...], np.ndarray]] | None = None,
 ) -> GanModel:
     """Train DP-auto-GAN on the private rows under ``plan`` (module docstring).
+
+    ``marginals``: DP-released marginals ``(columns, noisy answer)`` (issue 16). With
+    ``encoding: bins`` the generator's WGAN loss gets ``marginal_weight`` times the marginal
+    penalty (:func:`fidelity.marginal_loss`), then generator and decoder take
+    ``finetune_steps`` non-private steps on the penalty alone, and the model samples each
+    block's code. Both only post-process DP outputs (noised critic parameters, noisy marginals).
 
     Appends the plan's two ``dpsgd`` events to ``ledger``, each before its phase runs. Sampling
     and DP noise use keys from ``noise``; parameter initialisation uses ``plan.options.seed``.
@@ -243,10 +258,79 @@ def train_gan(
     ae_event, critic_event = plan.events()
     ledger.append(ae_event)
     decoder = _train_autoencoder(source, plan, k_ae, noise, progress)
+    fit = _Fit.of(private_rows.domain, plan.options, marginals)
     ledger.append(critic_event)
-    generator = _train_wgan(source, decoder, plan, k_gan, noise, progress)
+    generator = _train_wgan(source, decoder, plan, k_gan, noise, progress, fit)
+    if fit is not None and plan.options.finetune_steps > 0:
+        generator, decoder = finetune(generator, decoder, fit, plan.options, progress)
     to_numpy = partial(jax.tree.map, np.asarray)
-    return GanModel(private_rows.domain, plan.options, to_numpy(decoder), to_numpy(generator))
+    return GanModel(private_rows.domain, plan.options, to_numpy(decoder), to_numpy(generator),
+                    stochastic=fit is not None)  # fmt: skip
+
+
+@dataclass(frozen=True, eq=False)
+class _Fit:
+    """The marginal penalty's public parts: code maps, measured column sets, noisy targets."""
+
+    maps: tuple[fidelity.ColumnMap, ...]
+    columns: tuple[tuple[str, ...], ...]
+    targets: tuple[np.ndarray, ...]
+
+    @staticmethod
+    def of(
+        domain: Domain,
+        options: GanOptions,
+        marginals: Sequence[tuple[tuple[str, ...], np.ndarray]] | None,
+    ) -> _Fit | None:
+        if not marginals or options.encoding != "bins":
+            return None
+        cols = tuple(tuple(c) for c, _ in marginals)
+        targets = tuple(np.asarray(y, dtype=np.float32) for _, y in marginals)
+        return _Fit(fidelity.column_maps(domain, options.integer_levels), cols, targets)
+
+    def loss(self, logits: jax.Array, targets: Any) -> jax.Array:
+        return fidelity.marginal_loss(logits, self.maps, self.columns, targets)
+
+
+def finetune(
+    generator: Params,
+    decoder: Params,
+    fit: _Fit,
+    options: GanOptions,
+    progress: Progress | None = None,
+) -> tuple[Params, Params]:
+    """Adam on generator and decoder to minimise the marginal penalty alone: non-private
+    post-processing (it sees DP-SGD's parameters and the noisy marginals, never a row). Fresh
+    latent draws each step from the public ``options.seed``. Returns ``(generator, decoder)``."""
+    o = options
+    opt = optax.adam(o.finetune_learning_rate)
+    params = (generator, decoder)
+
+    def loss(p: tuple[Params, Params], z: jax.Array, targets: Any) -> jax.Array:
+        return fit.loss(nets.decode_logits(p[1], nets.generate_latent(p[0], z)), targets)
+
+    def step(state: Any, key: jax.Array, targets: Any) -> tuple[Any, None]:
+        p, s = state
+        z = jax.random.normal(key, (o.finetune_batch_size, o.generator_noise_dim))
+        grad = jax.grad(loss)(p, z, targets)
+        updates, s = opt.update(grad, s, p)
+        return (optax.apply_updates(p, updates), s), None
+
+    block = min(o.finetune_steps, 500)
+
+    @jax.jit
+    def run_block(state: Any, keys: jax.Array, targets: Any) -> Any:
+        return jax.lax.scan(lambda s, k: step(s, k, targets), state, keys)[0]
+
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(o.seed), 16), o.finetune_steps)
+    targets = tuple(jnp.asarray(y) for y in fit.targets)
+    state = (params, opt.init(params))
+    for start in range(0, o.finetune_steps, block):
+        # a shorter last block compiles once more (jit caches by shape)
+        state = jax.block_until_ready(run_block(state, keys[start : start + block], targets))
+        if progress is not None:
+            progress("finetune", min(start + block, o.finetune_steps), o.finetune_steps)
+    return state[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,8 +389,10 @@ def _train_wgan(
     init_key: jax.Array,
     noise: NoiseSource,
     progress: Progress | None,
+    fit: _Fit | None = None,
 ) -> Params:
-    """Phase 2: DP-SGD critic, non-private generator through the frozen decoder."""
+    """Phase 2: DP-SGD critic, non-private generator through the frozen decoder (its loss plus
+    ``marginal_weight`` times the marginal penalty when ``fit`` is given)."""
     o, n = plan.options, source.width
     k_gen, k_critic = jax.random.split(init_key)
     generator = nets.generator_init(
@@ -321,11 +407,20 @@ def _train_wgan(
     def critic_loss(params: Params, real: jax.Array, fake: jax.Array) -> jax.Array:
         return nets.critic(params, fake) - nets.critic(params, real)
 
-    def generator_loss(gen: Params, critic: Params, decoder: Params, z: jax.Array) -> jax.Array:
-        return -jnp.mean(nets.critic(critic, _decoded(decoder, gen, z)))
+    weight = o.marginal_weight if fit is not None else 0.0
 
-    def step(state: Any, i: jax.Array, inputs: tuple[Any, Params, jax.Array], batch: Any) -> Any:
-        (critic, critic_state, gen, gen_state), (data, decoder, key) = state, inputs
+    def generator_loss(
+        gen: Params, critic: Params, decoder: Params, z: jax.Array, targets: Any
+    ) -> jax.Array:
+        logits = nets.decode_logits(decoder, nets.generate_latent(gen, z))
+        out = -jnp.mean(nets.critic(critic, jax.nn.sigmoid(logits)))
+        if weight > 0:
+            assert fit is not None
+            out = out + weight * fit.loss(logits, targets)
+        return out
+
+    def step(state: Any, i: jax.Array, inputs: tuple[Any, ...], batch: Any) -> Any:
+        (critic, critic_state, gen, gen_state), (data, decoder, key, targets) = state, inputs
         k_critic_step, k_z = jax.random.split(jax.random.fold_in(key, i))
 
         def fakes(k: jax.Array, rows: int) -> jax.Array:
@@ -340,7 +435,7 @@ def _train_wgan(
 
         def generator_step(g: tuple[Params, Any]) -> tuple[Params, Any]:
             z = jax.random.normal(k_z, (fakes_per_generator_step, o.generator_noise_dim))
-            grad = jax.grad(generator_loss)(g[0], critic, decoder, z)
+            grad = jax.grad(generator_loss)(g[0], critic, decoder, z, targets)
             updates, g_state = gen_opt.update(grad, g[1], g[0])
             return optax.apply_updates(g[0], updates), g_state
 
@@ -350,7 +445,8 @@ def _train_wgan(
 
     state = (critic, critic_opt.init(critic), generator, gen_opt.init(generator))
     noise_key, sample_key = source.keys(noise)
-    inputs = (source.data, decoder, noise_key)
+    targets = None if fit is None else tuple(jnp.asarray(y) for y in fit.targets)
+    inputs = (source.data, decoder, noise_key, targets)
     return _run_phase(
         "generator", step, state, inputs, plan.critic, progress, source.rows, sample_key,
         source.codec,
@@ -362,8 +458,19 @@ def sample(model: GanModel, rows: int, seed: int) -> EncodedTable:
 
     Post-processing of the released model; ``seed`` is not privacy-relevant and may be recorded.
     """
-    z = jax.random.normal(jax.random.key(seed), (rows, model.options.generator_noise_dim))
-    x = jax.jit(_decoded)(model.decoder, model.generator, z)
+    k_z, k_draw = jax.random.split(jax.random.key(seed))
+    z = jax.random.normal(k_z, (rows, model.options.generator_noise_dim))
+    if model.stochastic:
+        maps = fidelity.column_maps(model.domain, model.options.integer_levels)
+
+        @jax.jit
+        def draw(decoder: Params, generator: Params, z: jax.Array) -> jax.Array:
+            logits = nets.decode_logits(decoder, nets.generate_latent(generator, z))
+            return fidelity.sample_encoded(k_draw, logits, maps)
+
+        x = draw(model.decoder, model.generator, z)
+    else:
+        x = jax.jit(_decoded)(model.decoder, model.generator, z)
     return encoding.decode(model.domain, np.asarray(x), *_codec(model.options))
 
 
