@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -22,6 +23,7 @@ from dpql.spec.load import load_spec
 from dpql.synth.aim import (
     INIT_SHARE_MAX,
     INIT_SHARE_MIN,
+    INIT_SHARE_ONE_MARGINAL,
     ONE_WAY_L1_TARGET,
     PAIR_L1_TARGET,
     default_schedule,
@@ -135,12 +137,15 @@ def test_default_schedule_rule():
     assert (big.rounds, big.per_round) == (4, 4) and big.pair_l1 <= PAIR_L1_TARGET
     # 1,000 rows at epsilon 1: more on the 1-way release, and only as many marginals as the
     # noise leaves informative (the median pair's expected noise L1 within the target)
-    small = default_schedule([5, 2, 10, 6, 2, 5, 10, 10, 4, 2, 8], [30] * 55, 1000, 0.0244, 0.1)
+    bn1k = [5, 2, 10, 6, 2, 5, 10, 10, 4, 2, 8]  # the suite's 1,000-row table's cardinalities
+    small = default_schedule(bn1k, [a * b for a, b in itertools.combinations(bn1k, 2)], 1000,
+                             0.0244, 0.1)  # fmt: skip
     assert INIT_SHARE_MIN < small.init_share <= INIT_SHARE_MAX
     assert small.rounds * small.per_round < 11 and small.pair_l1 <= PAIR_L1_TARGET
-    # where even one marginal is that noisy, one is still measured
+    # where even one marginal is that noisy, one is still measured, and the 1-way release
+    # gets the larger share
     tiny = default_schedule([50] * 4, [2500] * 6, 100, 0.001, 0.1)
-    assert (tiny.rounds, tiny.per_round) == (1, 1) and tiny.init_share == INIT_SHARE_MAX
+    assert (tiny.rounds, tiny.per_round) == (1, 1) and tiny.init_share == INIT_SHARE_ONE_MARGINAL
     # never more marginals than candidates; a spec's init_share is kept
     few = default_schedule([3, 3], [9], 10_000, 1.0, 0.1, init_share=0.5)
     assert (few.rounds, few.per_round, few.init_share) == (1, 1, 0.5)

@@ -359,7 +359,8 @@ class AimOptions(_Model):
     )
     init_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = Field(
         None, description="Share of rho on the 1-way marginals; default: enough for 0.05 "
-        "expected L1 noise per column, within [0.2, 0.7] (dpql.synth.aim.default_schedule)."
+        "expected L1 noise per column, within [0.2, 0.7]; 0.9 if only one marginal is affordable "
+        "(dpql.synth.aim.default_schedule)."
     )
     select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] = Field(
