@@ -382,9 +382,10 @@ class AimSynthesizer(_Model):
 
 
 class AutoSynthesizer(_Model):
-    """The planner picks the backend and its options from public facts (``dpql.synth.auto``)."""
+    """The planner picks the backend and its options from public facts (``dpql.synth.auto``).
+    The default when ``synthesizer`` has no ``method``."""
 
-    method: Literal["auto"]
+    method: Literal["auto"] = "auto"
     rows: Rows = Field(description="Rows of the synthetic table.")
 
 
