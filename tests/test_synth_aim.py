@@ -21,6 +21,7 @@ import pytest
 from dpql.plan.planner import build_plan
 from dpql.spec.load import load_spec
 from dpql.synth.aim import (
+    ABUNDANT_PAIR_L1,
     INIT_SHARE_MAX,
     INIT_SHARE_MIN,
     INIT_SHARE_ONE_MARGINAL,
@@ -146,6 +147,10 @@ def test_default_schedule_rule():
     # gets the larger share
     tiny = default_schedule([50] * 4, [2500] * 6, 100, 0.001, 0.1)
     assert (tiny.rounds, tiny.per_round) == (1, 1) and tiny.init_share == INIT_SHARE_ONE_MARGINAL
+    # abundant signal (the median pair's noise tiny even split 16 ways): 16 marginals
+    # whatever the number of columns
+    rich = default_schedule([5] * 8, [25] * 28, 1_000_000, 0.1, 0.1)
+    assert rich.rounds * rich.per_round == 16 and rich.pair_l1 <= ABUNDANT_PAIR_L1
     # never more marginals than candidates; a spec's init_share is kept
     few = default_schedule([3, 3], [9], 10_000, 1.0, 0.1, init_share=0.5)
     assert (few.rounds, few.per_round, few.init_share) == (1, 1, 0.5)

@@ -349,8 +349,8 @@ class AimOptions(_Model):
     ``rounds`` select-and-measure rounds after one release of every 1-way marginal."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
-        None, description="Adaptive rounds; default: one marginal per column (4 to 16, fewer "
-        "where the noise would swamp them), in at most 4 rounds "
+        None, description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
+        "where the signal is abundant, fewer where noise would swamp them), in at most 4 rounds "
         "(dpql.synth.aim.default_schedule)."
     )
     per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
