@@ -75,6 +75,20 @@ class NumericColumn:
         idx = np.searchsorted(np.asarray(self.edges), x, side="right") - 1
         return np.clip(idx, 0, self.bins - 1).astype(np.int32)
 
+    def value_in_bin(self, bins: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Values in original units inside public bins ``bins`` at relative positions ``pos``
+        in [0, 1) (vectorised): the ``pos``-quantile integer of the bin for an integer column,
+        else the point ``pos`` of the way through it; clipped to the bounds."""
+        edges = np.asarray(self.edges)
+        lo, hi = edges[bins], edges[bins + 1]
+        if self.integer:
+            first = np.ceil(lo)
+            count = np.maximum(np.ceil(hi) - first, 1)
+            x = first + np.minimum(np.floor(pos * count), count - 1)
+        else:
+            x = lo + pos * (hi - lo)
+        return np.clip(x, self.lo, self.hi)
+
 
 @dataclass(frozen=True)
 class CategoricalColumn:

@@ -17,7 +17,7 @@ from dpql.synth.relaxed import Layout
 
 def round_rows_shared_shift(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     """Verbatim the pre-fix ``round_rows``: ``shift`` is drawn once per relaxed row."""
-    from dpql.synth.rap.program import _value_in_bin, column_probs
+    from dpql.synth.rap.program import column_probs
 
     probs = column_probs(layout, params[0])
     positions = np.clip(np.asarray(params[1], dtype=np.float64), 0.0, 1.0)
@@ -41,7 +41,7 @@ def round_rows_shared_shift(layout: Layout, params, rows: int, seed: int) -> Enc
             codes[col] = draw
             continue
         assert isinstance(column, NumericColumn)
-        x = _value_in_bin(column, draw, positions[owner, layout.numeric_index(col)])
+        x = column.value_in_bin(draw, positions[owner, layout.numeric_index(col)])
         scaled[col] = (x - column.lo) / column.span
         codes[col] = column.bin_of(x)
     order = rng.permutation(rows)

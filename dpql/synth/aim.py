@@ -135,9 +135,10 @@ def default_schedule(
     def marginals(share: float) -> int:
         rest = (1 - share) * (1 - select_share) * rho
         m = max(4, min(MAX_MARGINALS, d))
-        if rho_needed > 0 and rest / MAX_MARGINALS >= rho_needed * (
-            PAIR_L1_TARGET / ABUNDANT_PAIR_L1
-        ) ** 2:  # even MAX_MARGINALS leave the median pair's noise L1 <= ABUNDANT_PAIR_L1
+        if (
+            rho_needed > 0
+            and rest / MAX_MARGINALS >= rho_needed * (PAIR_L1_TARGET / ABUNDANT_PAIR_L1) ** 2
+        ):  # even MAX_MARGINALS leave the median pair's noise L1 <= ABUNDANT_PAIR_L1
             m = MAX_MARGINALS
         m = max(1, min(len(candidate_cells) or 1, m))
         return max(1, min(m, math.floor(rest / rho_needed))) if rho_needed > 0 else m
@@ -292,18 +293,6 @@ def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     return (p / p.sum() * float(model.total)).ravel()
 
 
-def _value_in_bin(column, bins: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    edges = np.asarray(column.edges)
-    lo, hi = edges[bins], edges[bins + 1]
-    if column.integer:
-        first = np.ceil(lo)
-        count = np.maximum(np.ceil(hi) - first, 1)
-        x = first + np.minimum(np.floor(pos * count), count - 1)
-    else:
-        x = lo + pos * (hi - lo)
-    return np.clip(x, column.lo, column.hi)
-
-
 class AimBackend:
     name = "aim"
     zcdp_only = True
@@ -429,7 +418,7 @@ class AimBackend:
             column = dom[c]
             if isinstance(column, NumericColumn):
                 null = code == column.null_code  # missing: keep, the null bin
-                x = _value_in_bin(column, np.minimum(code, column.bins - 1), rng.random(rows))
+                x = column.value_in_bin(np.minimum(code, column.bins - 1), rng.random(rows))
                 scaled[c] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
                 code = np.where(null, code, column.bin_of(x)).astype(np.int32)
             codes[c] = code

@@ -520,8 +520,8 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
             continue
         assert isinstance(column, NumericColumn)
         null = draw == column.null_code  # never true unless nullable (missing: keep)
-        x = _value_in_bin(
-            column, np.minimum(draw, column.bins - 1), positions[owner, layout.numeric_index(col)]
+        x = column.value_in_bin(
+            np.minimum(draw, column.bins - 1), positions[owner, layout.numeric_index(col)]
         )
         scaled[col] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
         codes[col] = np.where(null, draw, column.bin_of(x)).astype(np.int32)
@@ -531,16 +531,3 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
         {k: v[order] for k, v in codes.items()},
         {k: v[order] for k, v in scaled.items()},
     )
-
-
-def _value_in_bin(column: NumericColumn, bins: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """A value in original units inside public bin ``bins`` at relative position ``pos``."""
-    edges = np.asarray(column.edges)
-    lo, hi = edges[bins], edges[bins + 1]
-    if column.integer:
-        first = np.ceil(lo)
-        count = np.maximum(np.ceil(hi) - first, 1)
-        x = first + np.minimum(np.floor(pos * count), count - 1)
-    else:
-        x = lo + pos * (hi - lo)
-    return np.clip(x, column.lo, column.hi)
