@@ -94,14 +94,16 @@ def expected_l1(sigma: float, cells: int) -> float:
 
 def default_schedule(
     cards: Sequence[int],
-    candidate_cells: Sequence[int],
+    pair_cells: Sequence[int],
     n: int,
     rho: float,
     select_share: float,
     init_share: float | None = None,
+    n_candidates: int | None = None,
 ) -> DefaultSchedule:
     """The public rule for the options a spec leaves unset (public facts only: column
-    cardinalities, candidate sizes, the public n and the budget).
+    cardinalities, the 2-way candidates' cell counts ``pair_cells``, the number of candidates
+    of every size ``n_candidates`` (default: the pairs'), the public n and the budget).
 
     1. ``init_share``: the share of rho whose 1-way release has expected L1 noise
        :data:`ONE_WAY_L1_TARGET` per column (mean over columns), clipped to
@@ -127,7 +129,7 @@ def default_schedule(
         # sigma of the joint 1-way release at share s: sqrt(2 d) / (n sqrt(2 s rho))
         l1_at_1 = sum(expected_l1(math.sqrt(d) / (n * math.sqrt(rho)), c) for c in cards) / d
         init_share = min(INIT_SHARE_MAX, max(INIT_SHARE_MIN, (l1_at_1 / ONE_WAY_L1_TARGET) ** 2))
-    pairs = sorted(candidate_cells)
+    pairs = sorted(pair_cells)
     median = pairs[len(pairs) // 2] if pairs else 1
     # one marginal measured with rho_m: sigma = sqrt(2) / (n sqrt(2 rho_m)) = 1 / (n sqrt(rho_m))
     rho_needed = (SQRT_2_OVER_PI * median / (n * PAIR_L1_TARGET)) ** 2
@@ -140,7 +142,7 @@ def default_schedule(
             and rest / MAX_MARGINALS >= rho_needed * (PAIR_L1_TARGET / ABUNDANT_PAIR_L1) ** 2
         ):  # even MAX_MARGINALS leave the median pair's noise L1 <= ABUNDANT_PAIR_L1
             m = MAX_MARGINALS
-        m = max(1, min(len(candidate_cells) or 1, m))
+        m = max(1, min(n_candidates or len(pair_cells) or 1, m))
         return max(1, min(m, math.floor(rest / rho_needed))) if rho_needed > 0 else m
 
     m = marginals(init_share)
@@ -203,7 +205,7 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
     cells = cells or (lambda cl: math.prod(cards[list(columns).index(c)] for c in cl))
     default = default_schedule(
         cards, [cells(cl) for cl in cands if len(cl) == 2], n, rho, options.select_share,
-        options.init_share,
+        options.init_share, len(cands),
     ) if rho > 0 and n > 0 else None  # fmt: skip
     if options.rounds is not None:
         r, k = options.rounds, options.per_round or 1
