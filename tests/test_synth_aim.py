@@ -199,3 +199,33 @@ def test_no_method_means_auto(tmp_path):
     plan = build_plan(load_spec(path))
     assert plan.method == "auto" and plan.synth.options["chosen"] == "aim"
     assert load_spec(path).model.synthesizer.method == "auto"
+
+
+def test_pool_rare_shrinks_noise_not_signal():
+    """Empirical-Bayes pooling of rare 1-way cells: where the rare cells' spread is the noise's,
+    it pools them (and cuts their squared error); where their true counts differ by more than
+    the noise, it pools less; common cells, or fewer than three rare ones, are left alone."""
+    from dpql.synth.aim import pool_rare
+
+    rng = np.random.default_rng(0)
+    sigma = 0.01
+    truth = np.r_[0.5, 0.42, np.full(8, 0.01)]  # 8 rare cells at 1 sigma (threshold 3 sigma)
+    raw_err, pooled_err = 0.0, 0.0
+    for _ in range(400):
+        y = truth + rng.normal(0, sigma, truth.size)
+        out = pool_rare(y, sigma)
+        np.testing.assert_array_equal(out[:2], y[:2])
+        raw_err += float(((y[2:] - truth[2:]) ** 2).sum())
+        pooled_err += float(((out[2:] - truth[2:]) ** 2).sum())
+    # raw: 8 sigma^2 per draw; pooled: about sigma^2 (the mean's) plus the shrinkage's slack
+    assert pooled_err < 0.4 * raw_err
+    # a spread well beyond the noise is shrunk less than one at the noise's level
+    same = np.r_[0.7, 0.10, 0.12, 0.08, 0.11]  # sd 0.017 against noise 0.06
+    wide = np.r_[0.4, 0.0, 0.1, 0.2, 0.3]  # sd 0.13 against noise 0.11
+    assert np.ptp(pool_rare(same, 0.06)[1:]) == pytest.approx(0.0)
+    out = pool_rare(wide, 0.11)
+    assert out[1:].mean() == pytest.approx(wide[1:].mean())
+    # shrink factor tau^2 / (sigma^2 + tau^2) = 0.0046 / 0.0167 = 0.27
+    assert np.ptp(out[1:]) == pytest.approx(0.274 * np.ptp(wide[1:]), rel=0.01)
+    two = np.r_[0.6, 0.0, 0.01, 0.39]
+    np.testing.assert_array_equal(pool_rare(two, 0.02), two)  # two rare cells: unchanged

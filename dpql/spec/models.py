@@ -368,6 +368,11 @@ class AimOptions(_Model):
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
+    pool_rare: bool = Field(
+        True, description="Fit the model to the 1-way answers with each column's rare cells "
+        "(noisy count below 3 sigma) shrunk towards their mean (empirical Bayes; MST's domain "
+        "compression where noise dwarfs them; dpql.synth.aim.pool_rare)."
+    )
 
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None = None) -> AimOptions:

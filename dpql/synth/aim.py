@@ -25,9 +25,11 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   (half the largest possible L1 error, 2) is never offered: its measurement would tell less than
   it adds. AIM's model-size filter (``max_model_size`` MB, scaled by the share of the budget
   spent) is kept.
-* **Warm starts.** Each round's estimate starts from the last (``iters`` mirror-descent steps),
-  the final one runs ``final_iters``; model marginals outside the model are one numpy einsum
-  over its potentials (mbi's jitted elimination compiles once per clique).
+* **Warm starts, one compile per fit.** Each round's estimate starts from the last (``iters``
+  mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
+  mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)
+  runs in numpy (``dpql.synth.graphical``), since mbi would compile each of those small eager
+  operations anew for every clique structure: that cut the Adult release from 23 to 15 s.
 
 Only marginal queries of the workload drive the candidates (the downward closure of its
 marginals, 2-way and up; all column pairs when it has none); other queries (thresholds,
@@ -228,6 +230,29 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
     return AimSchedule(tuple(columns), cands, parts["init"], rounds, n, k, share)
 
 
+#: a cell of a noisy 1-way marginal below this many sigmas is "rare" (MST's domain compression)
+RARE_SIGMAS = 3.0
+
+
+def pool_rare(y: np.ndarray, sigma: float) -> np.ndarray:
+    """A noisy 1-way marginal with its rare cells (noisy value below ``RARE_SIGMAS`` sigma)
+    shrunk towards their mean, where there are at least three: the empirical-Bayes (James-Stein)
+    estimate ``m + (1 - b)(y - m)`` with ``b = sigma^2 / (sigma^2 + tau^2)`` and ``tau^2`` the
+    rare cells' variance beyond the noise's. Where noise dwarfs the rare counts (``tau^2 = 0``)
+    this is MST's domain compression (one merged cell, decompressed uniformly; McKenna et al.
+    2021, sec. 4) without changing the domain; where the rare cells really differ (a long
+    ordinal tail) it leaves them nearly as measured. Post-processing of ``y`` only."""
+    rare = y < RARE_SIGMAS * sigma
+    if rare.sum() < 3:
+        return y
+    m = float(y[rare].mean())
+    tau2 = max(0.0, float(y[rare].var(ddof=1)) - sigma**2)
+    b = sigma**2 / (sigma**2 + tau2)
+    out = y.copy()
+    out[rare] = m + (1.0 - b) * (y[rare] - m)
+    return out
+
+
 def select_parts(rho_select: float, k: int) -> list[float]:
     """A round's selection budget split over its ``k`` one-at-a-time selections (summing to at
     most ``rho_select``). ``k`` exponential mechanisms at ``rho/k`` each cost what one Gumbel
@@ -252,49 +277,6 @@ def budget_lines(s: AimSchedule) -> list[BudgetLine]:
     return lines
 
 
-class _Independent:
-    """The model of 1-way measurements only (what mirror descent would converge to)."""
-
-    def __init__(self, probs: dict[str, np.ndarray], n: int):
-        self.p = {c: (v / v.sum() if v.sum() > 0 else np.full(v.size, 1 / v.size))
-                  for c, v in probs.items()}  # fmt: skip
-        self.cliques = [(c,) for c in probs]
-        self.n = n
-
-    def marginal(self, cl: tuple[str, ...]) -> np.ndarray:
-        out = np.ones(1)
-        for c in cl:
-            out = np.multiply.outer(out, self.p[c]).ravel()
-        return out * self.n
-
-
-def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
-    """The model's marginal on ``cl`` in counts (row-major over ``cl``, like
-    ``Factor.datavector``): in-model cliques from ``model.project``, any other clique by one
-    numpy einsum over the exponentiated potentials, the same quantity as mbi's
-    ``variable_elimination`` without its per-(model, clique) JIT compile (about 1 s each)."""
-    if isinstance(model, _Independent):
-        return model.marginal(cl)
-    if any(set(cl) <= set(c) for c in model.cliques):
-        return np.asarray(model.project(cl).datavector(), dtype=np.float64)
-    pot = model.potentials
-    letters = {a: chr(ord("a") + i) for i, a in enumerate(pot.domain.attributes)}
-    operands, subs = [], []
-    for f in pot.tables.values():
-        v = np.asarray(f.values, dtype=np.float64)
-        operands.append(np.exp(v - v.max()))
-        subs.append("".join(letters[a] for a in f.domain.attributes))
-    mentioned = {x for f in pot.tables.values() for x in f.domain.attributes}
-    free = [a for a in cl if a not in mentioned]
-    out = "".join(letters[a] for a in cl if a not in free)
-    p = np.einsum(",".join(subs) + "->" + out, *operands, optimize="greedy")
-    for a in free:  # an attribute no potential mentions is uniform in the model
-        p = np.expand_dims(p, -1) * np.ones(model.domain[a])
-        out += letters[a]
-    p = np.transpose(p, [out.index(letters[a]) for a in cl])
-    return (p / p.sum() * float(model.total)).ravel()
-
-
 class AimBackend:
     name = "aim"
     zcdp_only = True
@@ -310,11 +292,11 @@ class AimBackend:
         s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
                      options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
         # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
-        # compilation of each round's new clique structure, about 3-4 s per fit on 2 cores
+        # compilation of each round's new clique structure, about 2 s per fit on 2 cores
         # (benchmarks/suite/NOTES.md)
         cost = SynthCost(
             {"aim.model": options.max_model_size * 2**20},
-            4.0 * max(1, len(s.rounds))
+            2.0 * max(1, len(s.rounds))
             + 0.002 * (options.iters * len(s.rounds) + options.final_iters),
         )
         opts = options.model_dump()
@@ -328,9 +310,14 @@ class AimBackend:
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from mbi import Domain, LinearMeasurement, junction_tree
-        from mbi.estimation import MirrorDescent
 
         from dpql.domain import NULL_SCALED, EncodedTable, NumericColumn
+        from dpql.synth.graphical import (
+            IndependentModel,
+            model_marginal,
+            quick_start_mirror_descent,
+            sample_rows,
+        )
 
         s, options = plan.config
         oracle = ctx.private.oracle
@@ -339,7 +326,7 @@ class AimBackend:
         mdom = Domain(list(s.columns), [dom.card(c) for c in s.columns])
 
         def estimate(meas, iters, warm=None):
-            return MirrorDescent().estimate(
+            return quick_start_mirror_descent().estimate(
                 mdom, meas, known_total=float(n), iters=iters, warm_start=warm
             )
 
@@ -347,17 +334,20 @@ class AimBackend:
         sigma0 = s.init_sigma()
         noisy = oracle.measure(ones, s.rho_init, phase="aim.init",
                                label=f"{len(ones)} one-way marginals")  # fmt: skip
+        # the model learns from the 1-way answers with rare cells pooled; post-processing gets
+        # them as released (``measured``)
+        fitted = [pool_rare(np.asarray(y, dtype=np.float64), sigma0) if options.pool_rare
+                  else np.asarray(y, dtype=np.float64) for y in noisy]  # fmt: skip
         meas = [
-            LinearMeasurement(np.asarray(y, dtype=np.float64) * n, (c,), stddev=sigma0 * n)
-            for c, y in zip(s.columns, noisy, strict=True)
+            LinearMeasurement(y * n, (c,), stddev=sigma0 * n)
+            for c, y in zip(s.columns, fitted, strict=True)
         ]
         measured = [(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
         # the 1-way model is the product of the (clipped, normalised) noisy 1-way marginals:
         # no mirror descent (and no XLA compilation) for it
-        model = _Independent(
-            {c: np.clip(np.asarray(y, dtype=np.float64), 0, None)
-             for c, y in zip(s.columns, noisy, strict=True)}, n,
-        )  # fmt: skip
+        model = IndependentModel(
+            {c: np.clip(y, 0, None) for c, y in zip(s.columns, fitted, strict=True)}, n
+        )
         picked: list[tuple[str, ...]] = []
         spent = s.rho_init
         total = s.rho_init + sum(a + b for a, b in s.rounds)
@@ -365,6 +355,16 @@ class AimBackend:
             spent += rs + rm
             sigma = s.round_sigma(i)
             limit = options.max_model_size * spent / total
+            if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
+
+                def model_size(cl: tuple[str, ...]) -> float:
+                    cells = dom.cells(cl) + sum(dom.card(c) for c in s.columns if c not in cl)
+                    return cells * 8 / 2**20
+            else:
+
+                def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
+                    return junction_tree.hypothetical_model_size(mdom, [*now, cl])
+
             in_model = set()
             for c in model.cliques:
                 for r in range(2, len(c) + 1):
@@ -373,10 +373,7 @@ class AimBackend:
                 cl
                 for cl in s.candidates
                 if SQRT_2_OVER_PI * sigma * dom.cells(cl) < NOISE_L1_LIMIT
-                and (
-                    cl in in_model
-                    or junction_tree.hypothetical_model_size(mdom, [*model.cliques, cl]) <= limit
-                )
+                and (cl in in_model or model_size(cl) <= limit)
             ]
             if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
                 live += [c for c in sorted(s.candidates, key=dom.cells) if c not in live]
@@ -411,12 +408,12 @@ class AimBackend:
         if not s.rounds:
             model = estimate(meas, options.final_iters or options.iters)
         rows = ctx.spec.model.synthesizer.rows
-        data = model.synthetic_data(rows=rows)
         rng = np.random.default_rng(ctx.seed)
+        data = sample_rows(model, rows, rng)
         order = rng.permutation(rows)
         codes, scaled = {}, {}
         for c in s.columns:
-            code = np.asarray(data.data[c], dtype=np.int32)[order]
+            code = np.asarray(data[c], dtype=np.int32)[order]
             column = dom[c]
             if isinstance(column, NumericColumn):
                 null = code == column.null_code  # missing: keep, the null bin

@@ -1,0 +1,207 @@
+"""Graphical models of ``mbi`` 2.x, used by the ``aim`` backend without mbi's eager JAX work.
+
+On the 2-core machine, most of an AIM release's time went to XLA compiling small programs, not
+to computing (``benchmarks/suite/NOTES.md``: 374 programs, 15 of 27 s on Adult). mbi compiles
+one fused program per clique structure for its mirror-descent steps (unavoidable, and the work
+that matters) but also, eagerly and per new array shape, every operation of its initial state,
+warm-start expansion, model projections and row sampling. Those are tiny computations; here
+they are numpy:
+
+* :class:`QuickStartMirrorDescent` is mbi's ``MirrorDescent`` (Algorithm 1 of McKenna et al.
+  2019, Armijo steps) with an initial state built on the host: warm-start potentials expanded
+  in numpy (:func:`expand_potentials`), and placeholder marginals and loss of the right shapes
+  (the first step recomputes both; neither is read before). Its final model's marginals are the
+  last step's (one step behind its potentials), which nothing here reads: every marginal is
+  :func:`model_marginal` of the potentials.
+* :func:`model_marginal` is any marginal of the model by one numpy einsum over its
+  exponentiated potentials (mbi's variable elimination, without its per-clique compile).
+* :func:`sample_rows` is mbi's ``synthetic_data(method="round")`` (the columns in reverse
+  elimination order, each drawn by systematic sampling within the groups of its already drawn
+  parents, so every column's counts are its conditional's rounded expected counts) with the
+  marginals from :func:`model_marginal` and randomness from the caller's generator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class IndependentModel:
+    """The model of 1-way measurements only (what mirror descent would converge to): the
+    product of the clipped, normalised noisy 1-way marginals."""
+
+    def __init__(self, probs: dict[str, np.ndarray], n: int):
+        self.p = {c: (v / v.sum() if v.sum() > 0 else np.full(v.size, 1 / v.size))
+                  for c, v in probs.items()}  # fmt: skip
+        self.cliques = [(c,) for c in probs]
+        self.n = n
+
+    def marginal(self, cl: tuple[str, ...]) -> np.ndarray:
+        out = np.ones(1)
+        for c in cl:
+            out = np.multiply.outer(out, self.p[c]).ravel()
+        return out * self.n
+
+
+def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
+    """The model's marginal on ``cl`` in counts (row-major over ``cl``, like
+    ``Factor.datavector``): one numpy einsum over the exponentiated potentials, the same
+    quantity as mbi's ``variable_elimination`` without its per-(model, clique) JIT compile."""
+    if isinstance(model, IndependentModel):
+        return model.marginal(cl)
+    pot = model.potentials
+    letters = {a: chr(ord("a") + i) for i, a in enumerate(pot.domain.attributes)}
+    operands, subs = [], []
+    for f in pot.tables.values():
+        v = np.asarray(f.values, dtype=np.float64)
+        operands.append(np.exp(v - v.max()))
+        subs.append("".join(letters[a] for a in f.domain.attributes))
+    mentioned = {x for f in pot.tables.values() for x in f.domain.attributes}
+    free = [a for a in cl if a not in mentioned]
+    out = "".join(letters[a] for a in cl if a not in free)
+    p = np.einsum(",".join(subs) + "->" + out, *operands, optimize="greedy")
+    for a in free:  # an attribute no potential mentions is uniform in the model
+        p = np.expand_dims(p, -1) * np.ones(model.domain[a])
+        out += letters[a]
+    p = np.transpose(p, [out.index(letters[a]) for a in cl])
+    return (p / p.sum() * float(model.total)).ravel()
+
+
+def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
+    """``warm``'s potentials re-expressed over ``cliques`` (each old clique added into the
+    smallest new clique containing it; zeros without ``warm``): the same distribution, as
+    mbi's ``CliqueVector.expand``, in numpy."""
+    import jax.numpy as jnp
+    from mbi import CliqueVector, Factor
+    from mbi.clique_utils import reverse_clique_mapping
+
+    cliques = [tuple(c) for c in cliques]
+    tables: dict[tuple[str, ...], np.ndarray] = {
+        cl: np.zeros(domain.project(cl).shape) for cl in cliques
+    }
+    if warm is not None:
+        old = warm.potentials
+        mapping = reverse_clique_mapping(cliques, old.cliques, domain=domain)
+        for cl, subs in mapping.items():
+            for sub in subs:
+                v = np.asarray(old[sub].values, dtype=np.float64)
+                # axes of ``sub`` in ``cl``'s order, then broadcast over the others
+                v = np.transpose(v, np.argsort([cl.index(a) for a in sub]))
+                shape = [domain[a] if a in sub else 1 for a in cl]
+                tables[cl] = tables[cl] + v.reshape(shape)
+    dtype = jnp.result_type(float)
+    return CliqueVector(
+        domain, cliques,
+        {cl: Factor(domain.project(cl), jnp.asarray(v, dtype=dtype)) for cl, v in tables.items()},
+    )  # fmt: skip
+
+
+def _quick_start_class():
+    """Defined lazily: ``plan`` imports neither mbi nor JAX."""
+    import jax
+    import jax.numpy as jnp
+    from mbi.estimation import MirrorDescent, MirrorDescentState
+    from mbi.markov_random_field import MarkovRandomField
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class QuickStartMirrorDescent(MirrorDescent):
+        """mbi's MirrorDescent with a host-built initial state and final model (module doc)."""
+
+        def _init(self, domain, loss_fn, known_total, *, warm_start=None, constraints=()):
+            potentials = expand_potentials(warm_start, domain, loss_fn.cliques)
+            oracle = self._oracle(loss_fn.cliques, domain, constraints=constraints)
+            # shapes only (a trace, no compile): the first step overwrites mu and the loss
+            mu = jax.eval_shape(oracle, potentials, known_total)
+            mu = jax.tree.map(lambda s: jnp.asarray(np.zeros(s.shape, s.dtype)), mu)
+            loss = jax.eval_shape(loss_fn, mu)
+            alpha = 2.0 / (loss_fn.lipschitz * known_total)
+            return MirrorDescentState(mu, potentials, alpha,
+                                      jnp.asarray(np.zeros(loss.shape, loss.dtype)))  # fmt: skip
+
+        def _finalize(self, state, known_total, constraints=()):
+            return MarkovRandomField(potentials=state.potentials, marginals=state.mu,
+                                     total=known_total, constraints=constraints)  # fmt: skip
+
+    return QuickStartMirrorDescent
+
+
+_QUICK_START: type | None = None
+
+
+def quick_start_mirror_descent():
+    """A ``QuickStartMirrorDescent`` estimator (the class is built on first use)."""
+    global _QUICK_START
+    if _QUICK_START is None:
+        _QUICK_START = _quick_start_class()
+    return _QUICK_START()
+
+
+def sample_rows(model, rows: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``rows`` records from ``model`` as codes per attribute: mbi's ``synthetic_data`` with
+    randomized rounding (module doc). Each column's conditional comes from the model marginal
+    of the column and its drawn neighbours in the junction tree."""
+    from mbi import junction_tree
+
+    if isinstance(model, IndependentModel):
+        card = {c: p.size for c, p in model.p.items()}
+        cliques = [set(c) for c in model.cliques]
+        order = [c[0] for c in model.cliques]
+    else:
+        card = dict(zip(model.domain.attributes, model.domain.shape, strict=True))
+        jtree, elimination = junction_tree.make_junction_tree(
+            model.domain, [tuple(cl) for cl in model.cliques]
+        )
+        cliques = [set(cl) for cl in jtree.nodes]
+        order = list(elimination[::-1])
+    data: dict[str, np.ndarray] = {}
+    for col in order:
+        size = card[col]
+        parents = tuple(a for a in order if a in data
+                        and any(col in cl and a in cl for cl in cliques))  # fmt: skip
+        marg = model_marginal(model, (*parents, col)).reshape([card[a] for a in parents] + [size])
+        if not parents:
+            data[col] = _round_counts(marg, rows, rng)
+            continue
+        cond = marg / np.maximum(marg.sum(axis=-1, keepdims=True), 1e-300)
+        cdf = np.cumsum(cond.reshape(-1, size), axis=-1)
+        group = np.ravel_multi_index(tuple(data[a] for a in parents),
+                                     [card[a] for a in parents])  # fmt: skip
+        # systematic sampling within each parent group, in a random order: the k-th of the
+        # group's m rows takes quantile (k + u) / m of the group's conditional
+        perm = rng.permutation(rows)
+        perm = perm[np.argsort(group[perm], kind="stable")]
+        g = group[perm]
+        starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+        counts = np.diff(np.r_[starts, rows])
+        rank = np.arange(rows) - np.repeat(starts, counts)
+        u = (rank + rng.random(rows)) / np.repeat(counts, counts)
+        # one searchsorted over all groups' cdfs, each shifted by 2 x its group index
+        shift = 2.0 * np.arange(cdf.shape[0])
+        choice = np.searchsorted((cdf + shift[:, None]).ravel(), u + shift[g], side="right")
+        choice = choice - g * size
+        out = np.empty(rows, dtype=np.int64)
+        out[perm] = np.minimum(choice, size - 1)
+        data[col] = out
+    return data
+
+
+def _round_counts(marg: np.ndarray, rows: int, rng: np.random.Generator) -> np.ndarray:
+    """``rows`` codes whose counts are ``marg``'s expected counts, randomly rounded (mbi's
+    ``synthetic_col``): floors, plus one for ``rows - sum(floors)`` codes drawn without
+    replacement in proportion to the fractional parts, shuffled."""
+    counts = np.asarray(marg, dtype=np.float64).ravel()
+    counts = (
+        counts * (rows / counts.sum())
+        if counts.sum() > 0
+        else np.full(counts.size, rows / counts.size)
+    )
+    frac, whole = np.modf(counts)
+    whole = whole.astype(np.int64)
+    extra = rows - int(whole.sum())
+    if extra > 0:
+        idx = rng.choice(counts.size, extra, replace=False, p=frac / frac.sum())
+        whole[idx] += 1
+    return rng.permutation(np.repeat(np.arange(counts.size), whole))

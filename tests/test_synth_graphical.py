@@ -1,0 +1,137 @@
+"""``dpql.synth.graphical``: the host-side parts of the aim backend's graphical models agree with
+the mbi code they replace (estimates, warm-start expansion, sampling)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    mbi = pytest.importorskip("mbi")
+
+from mbi import Domain, LinearMeasurement
+from mbi.estimation import MirrorDescent
+
+from dpql.synth.graphical import (
+    IndependentModel,
+    expand_potentials,
+    model_marginal,
+    quick_start_mirror_descent,
+    sample_rows,
+)
+
+DOM = Domain(["a", "b", "c", "d"], [3, 4, 2, 5])
+
+
+def _measurements(seed: int, cliques) -> list:
+    """Marginals of a random table with a dependence a -> b -> c, plus noise."""
+    rng = np.random.default_rng(seed)
+    n = 2000
+    a = rng.integers(0, 3, n)
+    b = (a + rng.integers(0, 2, n)) % 4
+    c = (b >= 2).astype(int) ^ (rng.random(n) < 0.1)
+    d = rng.integers(0, 5, n)
+    cols = {"a": a, "b": b, "c": c, "d": d}
+    out = []
+    for cl in cliques:
+        shape = [DOM[x] for x in cl]
+        counts = np.zeros(shape)
+        np.add.at(counts, tuple(cols[x] for x in cl), 1)
+        y = counts.ravel() + rng.normal(0, 5, counts.size)
+        out.append(LinearMeasurement(y, cl, stddev=5.0))
+    return out
+
+
+def test_quick_start_estimate_equals_mbi_mirror_descent():
+    """Same steps from the same start: only the placeholder initial marginals/loss differ,
+    and no step reads them."""
+    meas = _measurements(0, [("a",), ("b",), ("c",), ("d",), ("a", "b")])
+    ref = MirrorDescent().estimate(DOM, meas, known_total=2000.0, iters=100)
+    ours = quick_start_mirror_descent().estimate(DOM, meas, known_total=2000.0, iters=100)
+    for cl in ref.potentials.cliques:
+        np.testing.assert_allclose(
+            np.asarray(ours.potentials[cl].values),
+            np.asarray(ref.potentials[cl].values),
+            rtol=1e-4,
+            atol=1e-4,
+        )
+    # warm start over a larger structure, as in the backend's rounds
+    meas2 = meas + _measurements(1, [("b", "c")])
+    ref2 = MirrorDescent().estimate(DOM, meas2, known_total=2000.0, iters=100, warm_start=ref)
+    ours2 = quick_start_mirror_descent().estimate(
+        DOM, meas2, known_total=2000.0, iters=100, warm_start=ours
+    )
+    for cl in [("a", "b"), ("b", "c"), ("a", "b", "c")]:
+        np.testing.assert_allclose(
+            model_marginal(ours2, cl), model_marginal(ref2, cl), rtol=1e-3, atol=1e-2
+        )
+
+
+def test_expand_potentials_is_mbi_expand():
+    meas = _measurements(2, [("a",), ("b",), ("a", "b"), ("c",)])
+    model = MirrorDescent().estimate(DOM, meas, known_total=2000.0, iters=50)
+    new = [("a", "b", "c"), ("d",)]
+    ours = expand_potentials(model, DOM, new)
+    ref = model.potentials.expand(new)
+    for cl in new:
+        np.testing.assert_allclose(
+            np.asarray(ours[cl].values), np.asarray(ref[cl].values), rtol=1e-5, atol=1e-5
+        )
+    zeros = expand_potentials(None, DOM, new)
+    assert all(float(np.abs(np.asarray(zeros[cl].values)).max()) == 0.0 for cl in new)
+
+
+def test_model_marginal_is_the_models_projection():
+    meas = _measurements(3, [("a",), ("b",), ("c",), ("d",), ("a", "b"), ("b", "c")])
+    model = MirrorDescent().estimate(DOM, meas, known_total=2000.0, iters=200)
+    for cl in [("a", "b"), ("c", "b"), ("a",)]:
+        np.testing.assert_allclose(
+            model_marginal(model, cl), np.asarray(model.project(cl).datavector()), rtol=1e-3
+        )
+    # a clique outside the model: a and c are independent given b
+    abc = model_marginal(model, ("a", "b", "c")).reshape(3, 4, 2)
+    ab, bc = abc.sum(2), abc.sum(0)
+    b = abc.sum((0, 2))
+    np.testing.assert_allclose(
+        abc, ab[:, :, None] * bc[None] / np.maximum(b, 1e-12)[None, :, None], rtol=1e-6, atol=1e-9
+    )
+
+
+@pytest.mark.parametrize("rows", [997, 20000])
+def test_sample_rows_keeps_the_models_marginals(rows):
+    """Every column's counts are its model counts rounded (|error| < 1 per cell for the first,
+    within systematic-sampling error for the others); the 2-way marginals of the model's
+    cliques within a multinomial tolerance."""
+    meas = _measurements(4, [("a",), ("b",), ("c",), ("d",), ("a", "b"), ("b", "c")])
+    model = MirrorDescent().estimate(DOM, meas, known_total=2000.0, iters=300)
+    data = sample_rows(model, rows, np.random.default_rng(0))
+    assert all(len(v) == rows for v in data.values())
+    for cl in [("a", "b"), ("b", "c")]:
+        p = model_marginal(model, cl) / float(model.total)
+        counts = np.zeros([DOM[x] for x in cl])
+        np.add.at(counts, tuple(data[x] for x in cl), 1)
+        q = counts.ravel() / rows
+        # the sampling error is at most multinomial: sd sqrt(p/rows) per cell, 5 sd bound
+        assert np.all(np.abs(q - p) <= 5 * np.sqrt(p / rows) + 2 / rows)
+    # a and c are independent given b in the model: not coupled by the sampler
+    for x in ["a", "c", "d"]:
+        p = model_marginal(model, (x,)) / float(model.total)
+        q = np.bincount(data[x], minlength=DOM[x]) / rows
+        assert np.all(np.abs(q - p) <= 5 * np.sqrt(p / rows) + 2 / rows)
+
+
+def test_sample_rows_independent_model_rounds_exactly():
+    p = {"a": np.array([0.5, 0.3, 0.2]), "b": np.array([0.9, 0.1])}
+    model = IndependentModel(p, 1000)
+    data = sample_rows(model, 1000, np.random.default_rng(1))
+    np.testing.assert_array_equal(np.bincount(data["a"], minlength=3), [500, 300, 200])
+    np.testing.assert_array_equal(np.bincount(data["b"], minlength=2), [900, 100])
+    # independent columns in, independent columns out
+    table = np.zeros((3, 2))
+    np.add.at(table, (data["a"], data["b"]), 1)
+    expected = np.outer([500, 300, 200], [0.9, 0.1])
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    assert chi2 < 13.8  # chi-square, 2 df, p = 0.001
