@@ -13,8 +13,9 @@ they are numpy:
   (the first step recomputes both; neither is read before). Its final model's marginals are the
   last step's (one step behind its potentials), which nothing here reads: every marginal is
   :func:`model_marginal` of the potentials.
-* :func:`model_marginal` is any marginal of the model by one numpy einsum over its
-  exponentiated potentials (mbi's variable elimination, without its per-clique compile).
+* :func:`model_marginal` is any marginal of the model by variable elimination over its
+  exponentiated potentials in numpy (mbi's ``variable_elimination``, without its per-clique
+  compile).
 * :func:`sample_rows` is mbi's ``synthetic_data(method="round")`` (the columns in reverse
   elimination order, each drawn by systematic sampling within the groups of its already drawn
   parents, so every column's counts are its conditional's rounded expected counts) with the
@@ -48,26 +49,59 @@ class IndependentModel:
 
 def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     """The model's marginal on ``cl`` in counts (row-major over ``cl``, like
-    ``Factor.datavector``): one numpy einsum over the exponentiated potentials, the same
-    quantity as mbi's ``variable_elimination`` without its per-(model, clique) JIT compile."""
+    ``Factor.datavector``): variable elimination over the exponentiated potentials in numpy, in
+    mbi's greedy elimination order (``variable_elimination`` without its per-(model, clique)
+    JIT compile). Each step multiplies only the factors that mention the eliminated attribute,
+    so no intermediate is larger than the triangulated model needs. (One einsum over all
+    potentials is not safe: where no pairwise contraction fits numpy's memory limit, its greedy
+    path falls back to a single loop over the product of every domain, minutes on Adult.)"""
     if isinstance(model, IndependentModel):
         return model.marginal(cl)
+    from mbi import junction_tree
+
     pot = model.potentials
-    letters = {a: chr(ord("a") + i) for i, a in enumerate(pot.domain.attributes)}
-    operands, subs = [], []
+    domain = model.domain
+    letters = {a: chr(ord("a") + i) for i, a in enumerate(domain.attributes)}
+
+    def sub(attrs: Sequence[str]) -> str:
+        return "".join(letters[a] for a in attrs)
+
+    factors: list[tuple[tuple[str, ...], np.ndarray]] = []
     for f in pot.tables.values():
         v = np.asarray(f.values, dtype=np.float64)
-        operands.append(np.exp(v - v.max()))
-        subs.append("".join(letters[a] for a in f.domain.attributes))
-    mentioned = {x for f in pot.tables.values() for x in f.domain.attributes}
-    free = [a for a in cl if a not in mentioned]
-    out = "".join(letters[a] for a in cl if a not in free)
-    p = np.einsum(",".join(subs) + "->" + out, *operands, optimize="greedy")
-    for a in free:  # an attribute no potential mentions is uniform in the model
-        p = np.expand_dims(p, -1) * np.ones(model.domain[a])
-        out += letters[a]
-    p = np.transpose(p, [out.index(letters[a]) for a in cl])
+        factors.append((tuple(f.domain.attributes), np.exp(v - v.max())))
+    elim = [a for a in domain.attributes if a not in cl]
+    order, _ = junction_tree.greedy_order(domain, [a for a, _ in factors] + [tuple(cl)], elim=elim)
+    for z in order:
+        bucket = [f for f in factors if z in f[0]]
+        if not bucket:
+            continue
+        union = (*dict.fromkeys(a for f in bucket for a in f[0] if a != z), z)
+        prod = _aligned(*bucket[0], union)
+        for f in bucket[1:]:
+            prod = prod * _aligned(*f, union)
+        arr = prod.sum(axis=-1)
+        top = float(arr.max()) if arr.size else 0.0
+        rest = [f for f in factors if z not in f[0]]
+        factors = [*rest, (union[:-1], arr / top if top > 0 else arr)]
+    mentioned = {a for attrs, _ in factors for a in attrs}
+    kept = [a for a in cl if a in mentioned]
+    p = np.einsum(",".join(sub(f[0]) for f in factors) + "->" + sub(kept),
+                  *(f[1] for f in factors)) if factors else np.ones(())  # fmt: skip
+    out = list(kept)
+    for a in cl:  # an attribute no potential mentions is uniform in the model
+        if a not in mentioned:
+            p = np.expand_dims(p, -1) * np.ones(domain[a])
+            out.append(a)
+    p = np.transpose(p, [out.index(a) for a in cl])
     return (p / p.sum() * float(model.total)).ravel()
+
+
+def _aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
+    """``arr`` over ``attrs`` as a broadcastable array over ``union`` (size-1 axes elsewhere)."""
+    ours = [a for a in union if a in attrs]
+    arr = np.transpose(arr, [attrs.index(a) for a in ours])
+    return arr.reshape([arr.shape[ours.index(a)] if a in attrs else 1 for a in union])
 
 
 def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
