@@ -167,10 +167,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         out.print(
             "[dim]reachable: 2 sd <= tolerance, so the DP test can decide it; whether the "
             "synthetic table meets it is known after compile. The sd of corr and mean assumes "
-            "columns spread uniformly over their public bounds and equal noise on every "
-            "measure (no data is read); concentrated columns give larger sds (a few times "
-            "larger on Adult), and compile spreads the noise at the synthetic table's moments "
-            "(spec/language.md 5.3).[/]"
+            "each numeric column has the spread of the symmetric triangular distribution on "
+            "its public bounds and equal noise on every measure (no data is read); more "
+            "concentrated columns give larger sds, and compile spreads the noise at the "
+            "synthetic table's moments (spec/language.md 5.3).[/]"
         )
     out.print(f"[dim]planned in {time.perf_counter() - t:.2f} s; no data was read[/]")
     return EXIT_OK
@@ -178,11 +178,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _split_text(plan: Any) -> str:
     """The post-processing budget's split (dpql.plan.split) in words, for `dpql plan`."""
+    from dpql.plan.split import PASS_ROOM, ROOM_SHARE_CAP
+
     split = plan.split
     rho = plan.budget.rho
     how = (
         "chosen by the planner: the least that lets every DP test decide its tolerance, "
-        f"at most {float(split.cap):g}"
+        f"at most {float(split.cap):g}, plus room for a pass (2 sd <= {1 - PASS_ROOM:g} t) "
+        f"while the share stays at most {float(ROOM_SHARE_CAP):g}"
         if split.chosen
         else "fixed by postprocess.share"
     )

@@ -8,11 +8,12 @@ import math
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dpql.plan.acceptance import Z
 from dpql.plan.planner import build_plan
-from dpql.plan.split import ACCEPT_SD_FRACTION, AUTO_SHARE_CAP
+from dpql.plan.split import ACCEPT_SD_FRACTION, AUTO_SHARE_CAP, PASS_ROOM, ROOM_SHARE_CAP
 from dpql.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +46,8 @@ def test_chosen_split_reaches_every_tolerance_with_the_least_budget(tmp_path: Pa
     split = plan.split
     assert split is not None and split.chosen
     rho = plan.budget.rho
-    # every requirement's predicted test sd <= t / Z ...
+    # every requirement's predicted test sd <= t / Z, a moment requirement's with room for a
+    # pass: Z sd <= (1 - PASS_ROOM) t ...
     for rp in plan.requirement_plans:
         assert rp.reachable is True and not rp.diagnostics
         assert Z * rp.predicted_sd <= rp.tolerance * (1 + 1e-6)
@@ -54,20 +56,38 @@ def test_chosen_split_reaches_every_tolerance_with_the_least_budget(tmp_path: Pa
     # logistic's release, so their inverse-variance averages are better), so a smaller
     # share would miss one of them
     logit, corr, mean, count = plan.requirement_plans
-    assert Z * mean.predicted_sd == pytest.approx(mean.tolerance, rel=1e-6)
-    for rp in (corr, count):
-        assert Z * rp.predicted_sd < rp.tolerance
+    # the pass room is bought cheapest first while the share stays under ROOM_SHARE_CAP: the
+    # count's and the mean's fit, the correlation's (the dearest) does not, so it is funded to
+    # decide (Z sd <= t) but not with room
+    room = (1 - PASS_ROOM) * mean.tolerance
+    assert Z * mean.predicted_sd == pytest.approx(room, rel=1e-6)
+    assert Z * count.predicted_sd < (1 - PASS_ROOM) * count.tolerance
+    assert (1 - PASS_ROOM) * corr.tolerance < Z * corr.predicted_sd < corr.tolerance
+    assert float(split.share) <= float(ROOM_SHARE_CAP)
     assert logit.predicted_sd == pytest.approx(ACCEPT_SD_FRACTION * 0.02, rel=1e-6)
     # one release per requirement plus the tests; the share is the sum of what they need
     lines = [x for x in plan.table.lines if x.phase in ("iproj.measure", "accept.test")]
     assert [x.phase for x in lines] == ["iproj.measure"] * 4 + ["accept.test"]
-    need = math.fsum(split.needs) + split.test_need
+    assert all(g >= need * (1 - 1e-12) for g, need in zip(split.given, split.needs, strict=True))
+    need = math.fsum(split.given) + split.test_need
     assert float(split.share) * rho == pytest.approx(need, rel=1e-9)
     assert math.fsum(x.rho for x in lines) <= float(split.share) * rho * (1 + 1e-12)
-    assert float(split.share) < 0.1  # the spec's old fixed 0.2 took twice as much and more
+    assert float(split.share) < 0.2  # the spec's old fixed 0.2 took more
     # the whole budget is allocated and the synthesizer keeps the rest
     assert math.fsum(x.rho for x in plan.table.lines) == pytest.approx(rho, rel=1e-9)
     assert plan.phase_rho["synthesizer"] == pytest.approx((1 - float(split.share)) * rho)
+
+
+def test_with_budget_to_spare_every_moment_requirement_gets_its_pass_room(tmp_path: Path) -> None:
+    """At epsilon 2 (3.75 times the rho) every need is a smaller share, so the room of
+    all three moment requirements fits under ROOM_SHARE_CAP; without the room the plan would
+    fund Z sd = t exactly, where a pass needs a zero distance between table and noisy value."""
+    plan = build_plan(load_spec(_spec(tmp_path, *REACHABLE, epsilon=2.0)))
+    assert plan.split is not None and float(plan.split.share) <= float(ROOM_SHARE_CAP)
+    _, corr, mean, count = plan.requirement_plans
+    for rp in (corr, mean, count):
+        assert Z * rp.predicted_sd <= (1 - PASS_ROOM) * rp.tolerance * (1 + 1e-6)
+    assert Z * mean.predicted_sd == pytest.approx((1 - PASS_ROOM) * 1.0, rel=1e-6)
 
 
 def test_a_correlations_moments_no_longer_carry_the_logistics_noise(tmp_path: Path) -> None:
@@ -92,7 +112,8 @@ def test_an_unreachable_tolerance_names_the_smallest_epsilon(tmp_path: Path) -> 
     eps = corr.smallest_epsilon
     assert eps is not None and 1.0 < eps < 1000
     assert f"{eps:.3g}" in corr.diagnostics[0].hint
-    # at that epsilon the same spec reaches it, just below it does not
+    # at that epsilon the same spec reaches it, just below it does not (no pass room: the
+    # share is at the cap, far above ROOM_SHARE_CAP)
     above = build_plan(load_spec(_spec(tmp_path, REACHABLE[0], corr.requirement.text
                                        + "", epsilon=eps * 1.001)))  # fmt: skip
     assert above.requirement_plans[1].reachable is True
@@ -113,5 +134,47 @@ def test_manual_weights_stay_an_override(tmp_path: Path) -> None:
     # the chosen share funds the requirement whose weight leaves it shortest of its need
     for rp in plan.requirement_plans:
         assert rp.reachable is True
+    # (weights fix the split across requirements: no pass room is bought)
     assert any(Z * rp.predicted_sd == pytest.approx(rp.tolerance, rel=1e-6)
                for rp in plan.requirement_plans)  # fmt: skip
+
+
+def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> None:
+    """Issue 15: planned at the uniform spread, corr(age, hours_per_week)'s release gave a test
+    sd of 0.045 on the real Adult moments against a planned 0.0245 (age and hours have sds of
+    0.19 and 0.13 of their ranges, the uniform 0.29). At the triangular planning spread the
+    example's own plan, spread by compile's allocation at the *real* moments (the best the
+    synthetic table's moments can approach; no noise involved, so exact), reaches the planned
+    Z sd <= t. The mean's condition (sex == Female) holds on 33% of the rows
+    against the planning 50%, which costs it 3% of sd. (The example's plan buys the mean's pass
+    room, not the correlation's: ROOM_SHARE_CAP.)"""
+    import pandas as pd
+
+    from dpql.codec import encode_frame
+    from dpql.plan.ir import joint_l2_sensitivity
+    from dpql.plan.requirements import release_rhos, value_sd
+    from dpql.postprocess.allocation import allocation_scales
+    from dpql.postprocess.iproj import features
+    from dpql.privacy.mechanisms import gaussian_sigma
+
+    spec = load_spec(EXAMPLE)
+    plan = build_plan(spec)
+    m, n = plan.measures, spec.rows
+    assert m is not None
+    real = pd.read_csv(EXAMPLE.parent / "adult_train.csv.gz")
+    table = encode_frame(real[list(spec.domain.names)], spec.domain).table
+    answers = m.answer_map(np.nanmean(features(m.queries, table), axis=0))
+    scales = allocation_scales(m, plan.requirements, answers, spec.domain)
+    precision = np.zeros(len(m.queries))
+    rhos = release_rhos(m.releases, plan.phase_rho["iproj.measure"])
+    for rel, rho, c in zip(m.releases, rhos, scales, strict=True):
+        l2 = joint_l2_sensitivity([m.queries[i] for i in rel.cells], n, c.tolist())
+        precision[list(rel.cells)] += (gaussian_sigma(l2, rho) / c) ** -2
+    sigma = dict(zip(m.queries, 1 / np.sqrt(precision), strict=True))
+    _, corr, mean = plan.requirements
+    corr_sd = value_sd(corr, answers, sigma, spec.domain)
+    mean_sd = value_sd(mean, answers, sigma, spec.domain)
+    assert Z * corr_sd <= 0.05  # 0.046 (was 0.090 at the uniform spread's rho)
+    assert Z * mean_sd <= 1.05 * (1 - PASS_ROOM) * 1.0  # 0.82 / 0.80
+    corr_plan = plan.requirement_plans[1]
+    assert corr_sd <= corr_plan.predicted_sd <= 1.25 * corr_sd  # the plan errs on the safe side

@@ -178,9 +178,12 @@ def test_plan_lists_one_release_per_weighted_requirement(spec_without_data: Path
     assert lines[0]["rho"] == pytest.approx(0.9 * phase) and lines[1]["rho"] == pytest.approx(
         0.1 * phase
     )
-    # the correlation no longer shares its noise with the logistic regression's many moments
+    # the correlation no longer shares its noise with the logistic regression's many moments:
+    # at its weight its release decides its tolerance; the planner's own split (no weights)
+    # also buys it room for a pass (dpql.plan.split.PASS_ROOM), so it is at least as precise
     corr_joint, corr_weighted = joint["requirements"][0], weighted["requirements"][0]
-    assert corr_weighted["predicted_sd"] < corr_joint["predicted_sd"]
+    assert 2 * corr_weighted["predicted_sd"] <= 0.05 * (1 + 1e-6)
+    assert corr_joint["predicted_sd"] <= corr_weighted["predicted_sd"]
     assert main(["plan", str(spec_without_data)]) == 0
 
 

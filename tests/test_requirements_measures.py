@@ -26,6 +26,7 @@ from dpql.plan.ir import (
     joint_l2_sensitivity,
 )
 from dpql.plan.requirements import (
+    PLANNING_SD,
     delta_method_sd,
     expand_requirements,
     predicted_error,
@@ -118,12 +119,29 @@ def test_uniform_prior_probability() -> None:
     )
 
 
-def _uniform_table(n: int, seed: int) -> EncodedTable:
+def _prior_table(n: int, seed: int, triangular: bool = True) -> EncodedTable:
+    """Independent columns; numeric ones symmetric triangular on their bounds (the planning
+    reference, PLANNING_SD) or uniform, categorical ones uniform."""
     rng = np.random.default_rng(seed)
-    scaled = {c.name: rng.random(n) for c in DOMAIN.numeric}
+    scaled = {
+        c.name: (rng.random(n) + rng.random(n)) / 2 if triangular else rng.random(n)
+        for c in DOMAIN.numeric
+    }
     codes = {c.name: c.bin_of(c.lo + scaled[c.name] * c.span) for c in DOMAIN.numeric}
     codes.update({c.name: rng.integers(0, c.card, n).astype(np.int32) for c in DOMAIN.categorical})
     return EncodedTable(DOMAIN, codes, scaled)
+
+
+def _noisy_sd(req, table: EncodedTable, sigma: float) -> float:
+    """The sd of the value over repeated Gaussian noise on the table's exact answers."""
+    rm = expand_requirements([req], DOMAIN)
+    exact = np.concatenate(answer_all(rm.queries, table))
+    rng = np.random.default_rng(4)
+    vals = [
+        requirement_value(req, rm.answer_map(exact + rng.normal(0, sigma, exact.size)), DOMAIN)
+        for _ in range(2000)
+    ]
+    return float(np.std(vals))
 
 
 @pytest.mark.parametrize(
@@ -134,23 +152,35 @@ def _uniform_table(n: int, seed: int) -> EncodedTable:
         CountRequirement(CatIn("job", frozenset({2})), TOL),
     ],
 )
-def test_predicted_error_matches_monte_carlo_under_the_uniform_prior(req) -> None:
+def test_predicted_error_matches_monte_carlo_under_the_planning_prior(req) -> None:
     """Delta method vs the sd of the value over repeated Gaussian noise on exact answers of a
-    table drawn from the prior itself (mean: ratio 1 is the worst case, so it bounds from above)."""
-    table = _uniform_table(200_000, seed=3)
-    rm = expand_requirements([req], DOMAIN)
-    exact = np.concatenate(answer_all(rm.queries, table))
+    table drawn from the planning prior itself: numeric columns symmetric triangular on their
+    bounds (mean: ratio 1 is the worst case, so it bounds from above). 2000 draws: the sd's
+    relative standard error is 1/sqrt(2 * 2000) = 1.6%, so 10% is over 6 of them."""
+    assert PLANNING_SD == pytest.approx(1 / math.sqrt(24))
     sigma = 2e-3
-    rng = np.random.default_rng(4)
-    vals = [
-        requirement_value(req, rm.answer_map(exact + rng.normal(0, sigma, exact.size)), DOMAIN)
-        for _ in range(2000)
-    ]
-    sd, pred = float(np.std(vals)), predicted_error(req, sigma, DOMAIN)
+    sd = _noisy_sd(req, _prior_table(200_000, seed=3), sigma)
+    pred = predicted_error(req, sigma, DOMAIN)
     if isinstance(req, MeanRequirement):
         assert sd <= pred <= 2.0 * sd
     else:
         assert pred == pytest.approx(sd, rel=0.1)
+
+
+def test_a_correlation_is_planned_at_the_triangular_spread_not_the_uniform() -> None:
+    """Issue 15: the planner's corr sd was the delta method at the *uniform* spread, half the sd
+    of a correlation between triangular-spread columns (its derivative is 1 / (sd_a sd_b): 12
+    against 24). The planning spread is now the triangular one, so a table spread uniformly has
+    a smaller sd than planned (the plan errs on the safe side) and a triangular one the planned
+    sd."""
+    req = CorrRequirement("age", "hours", TOL)
+    sigma = 2e-3
+    pred = predicted_error(req, sigma, DOMAIN)
+    uniform = _noisy_sd(req, _prior_table(200_000, seed=5, triangular=False), sigma)
+    triangular = _noisy_sd(req, _prior_table(200_000, seed=5), sigma)
+    assert triangular == pytest.approx(2 * uniform, rel=0.1)
+    assert pred == pytest.approx(triangular, rel=0.1)
+    assert pred > 1.5 * uniform  # the uniform spread's prediction (12 sigma) was this sd
 
 
 def test_smallest_epsilon_for_bisects_the_planner_accounting() -> None:

@@ -421,19 +421,27 @@ def uniform_prior_probability(pred: Pred, domain: Domain, rows: int = 1 << 15) -
     return float(eval_pred(pred, EncodedTable(sub, codes, scaled)).mean())
 
 
+# The planning reference spread of a numeric column (scaled to [0, 1]): the sd of the symmetric
+# triangular distribution on its public bounds, 1 / sqrt(24) = 0.204 of the range (half the
+# uniform's variance; see predicted_error).
+PLANNING_SD = 1 / math.sqrt(24)
+
+
 def _plausible(part: Query | float, domain: Domain) -> float:
-    """Uniform-prior moment of one part, with columns independent."""
+    """Planning moment of one part (:func:`predicted_error`): columns independent, every numeric
+    one centred in its bounds with sd :data:`PLANNING_SD`, categorical values and predicates
+    under the uniform prior."""
     if isinstance(part, float):
         return part
     if isinstance(part, Count):
         return uniform_prior_probability(part.predicate, domain)
     if isinstance(part, CentredProduct):
-        if part.square:  # (u - 1/2)^2, u ~ U[0, 1]
-            return 1 / 12
+        if part.square:  # E(u - 1/2)^2 = Var u at the planning spread
+            return PLANNING_SD**2
         # independent factors: E(f - 1/2) E(g - 1/2); 0 for a numeric one
         left, right = (_plausible(product_query([f]), domain) for f in (part.left, part.right))
         return (left - 0.5) * (right - 0.5)
-    mean_u = {1: 1 / 2, 2: 1 / 3}  # E u, E u^2 for u ~ U[0, 1]
+    mean_u = {1: 1 / 2, 2: 1 / 4 + PLANNING_SD**2}  # E u, E u^2 at the planning spread
     cols = part.columns
     num = 1.0
     for c in set(cols):
@@ -445,12 +453,23 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
     """Predicted standard deviation of a corr / mean / count requirement's released value, with
     per-measure noise ``sigma``.
 
-    A planning number: data-independent, so the delta method is evaluated at *plausible public*
-    moments -- every column independently uniform on its public bounds (corr = 0, E u = 1/2,
-    E u^2 = 1/3, P(pred) under the uniform prior). For ``mean(a | P)`` the conditional mean is
-    taken at the worst case (ratio 1), giving ``span * sigma * sqrt(2) / P(P)``. The uniform prior
-    is *optimistic* for concentrated columns (small variance, rare conditions): there the real
-    error is larger; the acceptance report recomputes the sd at the noisy values.
+    A planning number: data-independent, so the delta method is evaluated at *public planning*
+    moments (:func:`_plausible`): columns independent (corr = 0), each numeric column centred in
+    its public bounds with the spread of the **symmetric triangular distribution** on them
+    (:data:`PLANNING_SD`: sd = range / sqrt(24), E u = 1/2, E(u - 1/2)^2 = 1/24), categorical
+    values and predicates under the uniform prior. The delta method's derivative of a
+    correlation is ``1 / (sd_a sd_b)``, so the spread sets the need: the uniform spread
+    (range / sqrt(12)), which the planner used before, is the *widest* a bounded column can
+    plausibly have and predicted half the sd compile then measured on Adult (age and
+    hours_per_week have sds of 0.19 and 0.13 of their ranges). The triangular is the usual
+    reference for a quantity known only by its range and most likely in its middle (half the
+    uniform's variance): it predicts the Adult correlation's test sd to within 10% (compile's
+    within-release allocation, ``dpql.postprocess.allocation``, recovers the rest of its
+    concentration). It is a reference, not a bound: a column more concentrated than it (or a
+    correlation between columns with off-centre means) has a larger sd, which the record reports
+    (``requirements[].sigma``, the delta method at the noisy values). For ``mean(a | P)`` the
+    conditional mean is taken at the worst case (ratio 1), giving ``span * sigma * sqrt(2) /
+    P(P)``, whatever the spread.
 
     Model requirements are decided by their own DP test: see
     :func:`dpql.plan.acceptance.predicted_sd`.

@@ -394,6 +394,7 @@ def iproject(
     prior_rows: float | None = None,
     ess_floor: float = 0.0,
     workload: SparseQueries | None = None,
+    pull: float | np.ndarray = 1.0,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
 
@@ -411,7 +412,10 @@ def iproject(
     (``dual.solve_penalised``, started from the requirements-only Newton duals; ``gamma`` is
     not used there, the ridge keeps the dual finite). With them the ESS bisection runs on the
     requirements alone (Newton) and the joint solution at the found fraction is pulled back by
-    further steps of 0.8 until it too meets the floor.
+    further steps of 0.8 until it too meets the floor. ``pull`` (a number, or one per measure,
+    in (0, 1]): a factor on each measure's ridge, i.e. its penalty weighs ``1 / pull`` times
+    more, as if the prior were worth ``pull * prior_rows`` rows in that measure's direction
+    (``dpql.postprocess.run.MOMENT_PULL``).
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -459,7 +463,11 @@ def iproject(
         # breaks an identity between the measures (count(a) + count(not a) = 1) is removed by
         # the affine projection exactly, so it does not trigger this bias.
         target = (1 - eta) * target + eta * Fk.mean(axis=0)
-    ridge = 0.0 if prior_rows is None else float(prior_rows) * measurement.sigma**2
+    ridge = (
+        0.0
+        if prior_rows is None
+        else float(prior_rows) * measurement.sigma**2 * np.broadcast_to(pull, target.shape)
+    )
     penal = workload.rows(ok) if workload is not None and prior_rows else None
     smooth_viol: dict[int, float] = {}  # id(solution) -> its largest gradient entry
 
