@@ -178,7 +178,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _split_text(plan: Any) -> str:
     """The post-processing budget's split (dpql.plan.split) in words, for `dpql plan`."""
-    from dpql.plan.split import PASS_ROOM, ROOM_SHARE_CAP
+    from dpql.plan.split import PASS_ROOM, ROOM_SHARE_CAP, pilot_sd
 
     split = plan.split
     rho = plan.budget.rho
@@ -191,8 +191,13 @@ def _split_text(plan: Any) -> str:
     )
     if split.weighted:
         how += "; split across requirements by their weights"
+    def pilot(req: Any) -> str:
+        sd = pilot_sd(req)
+        # compile adds the model's real-table accuracy to this release (dpql.postprocess.run)
+        return "" if sd is None else f", with its pilot accuracy at sd {sd:.2g}"
+
     parts = [
-        f"{r.requirement.text}: rho {_fmt(g)} (needs {_fmt(need)})"
+        f"{r.requirement.text}: rho {_fmt(g)} (needs {_fmt(need)}{pilot(r.requirement)})"
         for r, g, need in zip(plan.requirement_plans, split.given, split.needs, strict=True)
         if g == g  # NaN: no release of its own
     ]

@@ -32,7 +32,7 @@ def _object(
 
 
 # The postprocess keys every record has; the later ones (prior_rows, ess_floor, shrink,
-# resampling_shift_sd, measure_error_sd_*, workload: issue 15) are optional so older records
+# resampling_shift_sd, measure_error_sd_*, workload, pull: issue 15) are optional so older records
 # still verify.
 _POSTPROCESS_REQUIRED = [
     "method", "solver", "measures", "noise_sigma", "iterations", "gamma", "projection_distance",
@@ -205,6 +205,11 @@ def _defs() -> dict[str, Any]:
                 "Each measure's |value - noisy answer| / noise sd on the table before."
             ),
             "measure_error_sd_after": _vector("The same on the released table."),
+            "pull": _vector(
+                "Each measure's factor on its ridge in the projection (public): its penalty "
+                "weighs 1 / pull times more than the prior's (1: the plain MAP weight; "
+                "MOMENT_PULL for the corr / mean / count measures and the model pilots)."
+            ),
             "workload": {
                 **_object(
                     {

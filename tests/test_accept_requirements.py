@@ -300,7 +300,10 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
     summary = out.summary_json()
     assert summary["method"] == "iproj" and len(summary["measures"]) == len(summary["noisy"])
     assert summary["measures"][0].startswith(("mean(", "count("))
-    exact = np.concatenate(answer_all(plan.measures.queries, REAL))
+    # the plan's measures and the logistic's pilot (its model's accuracy, dpql.postprocess.run)
+    assert len(out.iproj.queries) == len(plan.measures.queries) + 1
+    assert summary["measures"][-1].startswith("model_accuracy(") and summary["pull"][-1] == 1.0
+    exact = np.concatenate(answer_all(out.iproj.queries, REAL))
     assert np.abs(out.iproj.after - exact).max() < np.abs(out.iproj.before - exact).max()
 
 

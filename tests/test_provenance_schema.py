@@ -92,21 +92,29 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     spec = load_spec(small_release)
     plan = build_plan(spec)
     queries, n = plan.measures.queries, record["spec"]["data"]["rows"]
-    assert post["measures"] == [describe_query(q, spec.domain) for q in queries]
+    planned = len(queries)
+    assert post["measures"][:planned] == [describe_query(q, spec.domain) for q in queries]
+    # then the logistic's pilot (dpql.postprocess.run.with_pilots): the accuracy of its model
+    # fitted on RAP's table, answered in the logistic's own release, pulled like a moment
+    assert k == planned + 1 and post["measures"][planned].startswith("model_accuracy(")
+    assert post["pull"][planned] < 1.0
     releases = plan.measures.releases
     assert len(events) == len(releases) == len(plan.requirements)
-    times = [sum(i in r.cells for r in releases) for i in range(k)]
+    times = [sum(i in r.cells for r in releases) for i in range(planned)]
     checked = 0
     for event, rel in zip(events, releases, strict=True):
         part = [queries[i] for i in rel.cells]
-        assert event["count"] == len(rel.cells)
+        pilot = [planned] if tuple(rel.cells) == tuple(plan.measures.index[0]) else []
+        assert event["count"] == len(rel.cells) + len(pilot)
+        # the plan's sensitivity, the pilot's scale taken from the moments' (dpql verify)
         assert math.isclose(event["l2_sensitivity"], joint_l2_sensitivity(part, n))
         if any(times[i] > 1 for i in rel.cells):
             continue  # a shared measure's sd is an inverse-variance average over releases
-        delta = [q.sensitivity(n).l2 for q in part]
-        scales = [event["noise_scale"] / post["noise_sigma"][i] for i in rel.cells]
+        delta = [q.sensitivity(n).l2 for q in part] + [1 / n] * len(pilot)
+        scales = [event["noise_scale"] / post["noise_sigma"][i] for i in (*rel.cells, *pilot)]
         spread = math.fsum((c * d) ** 2 for c, d in zip(scales, delta, strict=True))
-        assert math.isclose(spread, math.fsum(d * d for d in delta), rel_tol=1e-9)
+        assert math.isclose(spread, math.fsum(q.sensitivity(n).l2 ** 2 for q in part),
+                            rel_tol=1e-9)  # fmt: skip
         checked += 1
     assert checked >= 1
     logit_release = events[0]  # the logistic's centred second moments: less than sqrt(K)/n

@@ -203,6 +203,17 @@ def main(argv: list[str] | None = None) -> int:
                 row["share_chosen"] = PLANNED.get("chosen")
                 row["test_sd"] = [r.get("sigma") for r in record["requirements"]]
                 row["real_noisy"] = [r.get("real_noisy") for r in record["requirements"]]
+                row["synthetic_after"] = [
+                    r.get("synthetic_after") for r in record["requirements"]
+                ]
+                row["pilots"] = [
+                    {"measure": m, "noisy": a, "sigma": sd, "before": b, "after": c}
+                    for m, a, sd, b, c in zip(
+                        post["measures"], post["noisy"], post["noise_sigma"],
+                        post["synthetic_before"], post["synthetic_after"], strict=True,
+                    )
+                    if m.startswith("model_accuracy")
+                ]  # fmt: skip
             rows.append(row)
             print(json.dumps(row), flush=True)
     by = {r: [x for x in rows if x["requirements"] == r] for r in (False, True)}

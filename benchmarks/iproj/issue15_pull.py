@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     true_mean = float(real_df.loc[real_df["sex"] == "Female", "hours_per_week"].mean())
     print(json.dumps({"share": float(plan.split.share), "given": list(plan.split.given)}))
     defaults = {k: getattr(run, k) for k in ("MOMENT_PULL", "KEEP_WORKLOAD",
-                                             "PRIOR_ROWS_WITH_WORKLOAD")}  # fmt: skip
+                                             "PRIOR_ROWS_WITH_WORKLOAD", "PILOT",
+                                             "PILOT_PULL")}  # fmt: skip
     for setting in json.loads(args.settings):
         for k, v in setting.items():
             setattr(run, k, v)
@@ -83,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
                 "verdicts": [a["verdict"] for a in acc],
                 "ess": round(out.iproj.ess),
             }
+            logit = acc[0]
+            row["logistic"] = [round(logit["real_noisy"], 4), round(logit["sigma"], 4),
+                               round(logit["synthetic_before"], 4),
+                               round(logit["synthetic_after"], 4)]  # fmt: skip
             for a, true in zip(acc[1:], (true_corr, true_mean), strict=False):
                 row[a["kind"]] = [round(a["real_noisy"] - true, 4), round(a["sigma"], 4),
                                   round(a["synthetic_before"] - true, 4),

@@ -300,6 +300,7 @@ class IProjResult:
     shrink: float = 1.0  # fraction of the way to the target kept to respect ess_floor
     resampling_shift: float = 0.0  # max_k |after_k - reweighted_k| / sigma_k
     penalty_cells: int = 0  # workload cells penalised in the projection (0: none)
+    pull: np.ndarray | None = None  # each measure's factor on its ridge (None: 1 for all)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the provenance record's ``postprocess`` section: no rows, no weights.
@@ -308,7 +309,8 @@ class IProjResult:
         public: a function of the plan) and DP outputs or functions of DP outputs and the
         synthetic table: ``noisy`` (the Gaussian answers), ``target`` (their projection onto
         what reweighting can reach, paper sec. 3), ``synthetic_before`` / ``synthetic_after``
-        (the measures on the table before / after), ``lambda`` (the dual, paper eq. 4-5).
+        (the measures on the table before / after), ``lambda`` (the dual, paper eq. 4-5), and
+        ``pull`` (public: each measure's factor on its ridge, ``iproject(pull=...)``).
         ``measures`` describes each query (numeric columns ``u(x)`` on their [0, 1] scale).
         """
         from dpql.plan.describe import describe_query
@@ -336,6 +338,7 @@ class IProjResult:
             "target": vec(self.target),
             "synthetic_before": vec(self.before),
             "synthetic_after": vec(self.after),
+            "pull": vec(np.ones(len(self.noisy)) if self.pull is None else self.pull),
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
 
@@ -597,4 +600,5 @@ def iproject(
         shrink=shrink,
         resampling_shift=float(np.nanmax(shift, initial=0.0)),
         penalty_cells=0 if penal is None else penal.size,
+        pull=np.broadcast_to(np.asarray(pull, dtype=np.float64), (K,)).copy(),
     )
