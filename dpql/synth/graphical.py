@@ -25,6 +25,7 @@ they are numpy:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -122,10 +123,7 @@ def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
         for cl, subs in mapping.items():
             for sub in subs:
                 v = np.asarray(old[sub].values, dtype=np.float64)
-                # axes of ``sub`` in ``cl``'s order, then broadcast over the others
-                v = np.transpose(v, np.argsort([cl.index(a) for a in sub]))
-                shape = [domain[a] if a in sub else 1 for a in cl]
-                tables[cl] = tables[cl] + v.reshape(shape)
+                tables[cl] = tables[cl] + _aligned(tuple(sub), v, cl)
     dtype = jnp.result_type(float)
     return CliqueVector(
         domain, cliques,
@@ -133,7 +131,8 @@ def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
     )  # fmt: skip
 
 
-def _quick_start_class():
+@functools.cache
+def _quick_start_class() -> type:
     """Defined lazily: ``plan`` imports neither mbi nor JAX."""
     import jax
     import jax.numpy as jnp
@@ -162,15 +161,9 @@ def _quick_start_class():
     return QuickStartMirrorDescent
 
 
-_QUICK_START: type | None = None
-
-
 def quick_start_mirror_descent():
     """A ``QuickStartMirrorDescent`` estimator (the class is built on first use)."""
-    global _QUICK_START
-    if _QUICK_START is None:
-        _QUICK_START = _quick_start_class()
-    return _QUICK_START()
+    return _quick_start_class()()
 
 
 def sample_rows(model, rows: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
