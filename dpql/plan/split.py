@@ -116,10 +116,6 @@ ROOM_SHARE_CAP = Fraction(1, 8)
 # of the tolerance, the test's own (the pass needs |synthetic - real| + Z sd_test <= t, and the
 # projected table lands within about a pilot sd of the pilot's noisy value).
 PILOT_SD_FRACTION = ACCEPT_SD_FRACTION
-# Whether the plan adds the pilot's rho to the release (True) or the pilot takes its share of
-# the moments' own budget (False: the moments' sd rises by 1 / sqrt(1 - share), the pilot's sd
-# is above PILOT_SD_FRACTION t; a benchmark setting, RESULTS.md "Issue 15 (fourth part)").
-PILOT_FUNDED = True
 
 
 @dataclass(frozen=True)
@@ -215,7 +211,9 @@ def requirement_need(
         s = _model_target_sd(req)
         ratio = l2 / s
         pilot = pilot_sd(req)
-        extra = 0.0 if pilot is None or not PILOT_FUNDED else (1.0 / (n * pilot)) ** 2
+        # the plan pays for the pilot on top of the moments (RESULTS.md "Issue 15 (fourth
+        # part)": paid from the moments' own budget, its noise came too close to the test's)
+        extra = 0.0 if pilot is None else (1.0 / (n * pilot)) ** 2
         return NEED_MARGIN * (ratio * ratio + extra) / 2  # inf, not OverflowError
     t = req.tolerance.within
     if t is None:
