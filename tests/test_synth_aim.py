@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,41 @@ def test_pool_rare_shrinks_noise_not_signal():
     assert np.ptp(out[1:]) == pytest.approx(0.274 * np.ptp(wide[1:]), rel=0.01)
     two = np.r_[0.6, 0.0, 0.01, 0.39]
     np.testing.assert_array_equal(pool_rare(two, 0.02), two)  # two rare cells: unchanged
+
+
+def test_model_size_cap_from_the_machine(tmp_path, monkeypatch):
+    """Unset ``max_model_size`` is 10 MB per core within [20, 80] MB and at most 1/32 of the
+    memory limit; the plan (and so the record's options) carries the cap in use; a spec's own
+    value wins."""
+    from dpql.plan.resources import MEMORY_LIMIT_ENV
+    from dpql.synth import aim
+
+    gib = 2**30
+    assert aim.machine_model_cap(cpus=1, memory_bytes=8 * gib) == 20.0
+    assert aim.machine_model_cap(cpus=2, memory_bytes=8 * gib) == 20.0
+    assert aim.machine_model_cap(cpus=4, memory_bytes=8 * gib) == 40.0
+    assert aim.machine_model_cap(cpus=64, memory_bytes=8 * gib) == 80.0
+    assert aim.machine_model_cap(cpus=64, memory_bytes=gib // 2) == 16.0
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(6)), raising=False)
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, str(8 * gib))
+    plan = build_plan(load_spec(_spec(tmp_path, "  method: aim\n  rows: 600")))
+    assert plan.synth.options["max_model_size"] == 60.0
+    assert plan.synth.config[1].max_model_size == 60.0  # what the run filters with
+    auto = build_plan(load_spec(_spec(tmp_path, "  method: auto\n  rows: 600")))
+    assert "model size at most 60 MB" in auto.synth.options["reason"]
+    fixed = _spec(tmp_path, "  method: aim\n  rows: 600\n  options: {max_model_size: 5}")
+    assert build_plan(load_spec(fixed)).synth.options["max_model_size"] == 5.0
+
+
+def test_balancer_targets_are_the_workload_marginals():
+    """The row balancer's targets are the candidates inside no other: the workload's own
+    marginals, not their sub-marginals."""
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import candidates, maximal
+
+    cols = ("a", "b", "c", "d", "e")
+    cands = candidates([Marginal(("a", "b", "c")), Marginal(("c", "d")), Marginal(("b", "c"))],
+                       cols)  # fmt: skip
+    assert set(maximal(cands, cols)) == {("a", "b", "c"), ("c", "d")}
+    pairs = candidates([], cols)  # no marginal in the workload: every pair
+    assert maximal(pairs, cols) == list(pairs)

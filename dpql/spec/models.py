@@ -363,11 +363,18 @@ class AimOptions(_Model):
         "(dpql.synth.aim.default_schedule)."
     )
     select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
-    max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] = Field(
-        20.0, description="Cap on the graphical model's size in MB (AIM's model-size filter)."
+    max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = Field(
+        None, description="Cap on the graphical model's size in MB (AIM's model-size filter); "
+        "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "
+        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap)."
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
+    balance_sweeps: Annotated[int, Field(ge=0, le=1_000)] = Field(
+        16, description="Passes of the row balancer over the columns (0: off): the sampled rows "
+        "are rearranged by value swaps within each column so that their workload marginals come "
+        "closer to the model's expected counts (dpql.synth.graphical.balance_rows)."
+    )
     pool_rare: bool = Field(
         True, description="Fit the model to the 1-way answers with each column's rare cells "
         "(noisy count below 3 sigma) shrunk towards their mean (empirical Bayes; MST's domain "

@@ -57,7 +57,9 @@ class AutoBackend:
             reason += (
                 f"; its schedule (dpql.synth.aim.default_schedule): {o['init_share']:.0%} of the "
                 f"budget on the 1-way marginals, then {o['rounds']} round(s) of {o['per_round']} "
-                "marginal(s)"
+                f"marginal(s); model size at most {o['max_model_size']:g} MB (from this machine: "
+                "dpql.synth.aim.machine_model_cap); the sampled rows balanced towards the model's "
+                f"workload marginals ({o['balance_sweeps']} passes)"
             )
         return SynthPlan(
             "auto",
