@@ -11,6 +11,12 @@ choice). The rules, in order (tuned on ``benchmarks/suite``, issue 19):
    selection never measures a marginal whose noise swamps it.
 
 The chosen backend's plan (budget lines, cost, config) is this plan; ``run`` delegates to it.
+
+Considered and not done: starting RAP++ from a graphical model's estimate (issue 19). Where both
+could run (marginal workloads) AIM alone won on every suite table and epsilon, so there is
+nothing for RAP++ to add; where RAP++ must run (threshold workloads), a graphical model's
+marginals would have to be measured out of RAP++'s own budget, and its first round already
+measures the 1-way marginals such a model would mostly rest on at the example's budgets.
 """
 
 from __future__ import annotations
