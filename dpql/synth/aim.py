@@ -218,6 +218,7 @@ class AimSchedule:
     n: int
     per_round: int = 1  # marginals selected (Gumbel top-k) and measured (one release) per round
     init_share: float = INIT_SHARE_MIN  # the share of rho on the 1-way release
+    targets: tuple[tuple[str, ...], ...] = ()  # the row balancer's: the maximal candidates
 
     def init_sigma(self) -> float:
         qs = [Marginal((c,)) for c in self.columns]
@@ -252,8 +253,9 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
     share = options.init_share if options.init_share is not None else (
         default.init_share if default else INIT_SHARE_MIN
     )  # fmt: skip
+    top = tuple(maximal(cands, columns))
     if not cands or rho <= 0:
-        return AimSchedule(tuple(columns), cands, rho, (), n, k, share)
+        return AimSchedule(tuple(columns), cands, rho, (), n, k, share, top)
     init = Fraction(share).limit_denominator(10**6)
     sel = Fraction(options.select_share).limit_denominator(10**6)
     shares = {"init": init}
@@ -262,7 +264,7 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
         shares[f"m{i}"] = (1 - init) * (1 - sel) / r
     parts = split_rho(rho, shares)
     rounds = tuple((parts[f"s{i}"], parts[f"m{i}"]) for i in range(r))
-    return AimSchedule(tuple(columns), cands, parts["init"], rounds, n, k, share)
+    return AimSchedule(tuple(columns), cands, parts["init"], rounds, n, k, share, top)
 
 
 #: a cell of a noisy 1-way marginal below this many sigmas is "rare" (MST's domain compression)
@@ -342,8 +344,7 @@ class AimBackend:
         # (benchmarks/suite/NOTES.md)
         # the row balancer holds the workload marginals' counts and targets (float32) and the
         # model's marginal of each (float64)
-        top = maximal(s.candidates, s.columns)
-        balance = 16 * sum(dom.cells(cl) for cl in top) if options.balance_sweeps else 0
+        balance = 16 * sum(dom.cells(cl) for cl in s.targets) if options.balance_sweeps else 0
         cost = SynthCost(
             {"aim.model": options.max_model_size * 2**20, "aim.balance": balance},
             2.0 * max(1, len(s.rounds))
@@ -465,9 +466,8 @@ class AimBackend:
         data = sample_rows(model, rows, rng)
         if options.balance_sweeps:
             # the workload's marginals (the maximal candidates), at the model's expected counts
-            top = maximal(s.candidates, s.columns)
             scale = rows / float(n)
-            targets = [(cl, model_marginal(model, cl) * scale) for cl in top]
+            targets = [(cl, model_marginal(model, cl) * scale) for cl in s.targets]
             data = balance_rows(data, targets, {c: dom.card(c) for c in s.columns}, rng,
                                 sweeps=options.balance_sweeps)  # fmt: skip
         order = rng.permutation(rows)
