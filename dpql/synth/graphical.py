@@ -238,16 +238,18 @@ def _round_counts(marg: np.ndarray, rows: int, rng: np.random.Generator) -> np.n
     return rng.permutation(np.repeat(np.arange(counts.size), whole))
 
 
+def _counts(data: dict[str, np.ndarray], cl: tuple[str, ...], card: dict[str, int]) -> np.ndarray:
+    """The rows' marginal on ``cl`` in counts, row-major over ``cl``."""
+    shape = [card[c] for c in cl]
+    idx = np.ravel_multi_index(tuple(data[c] for c in cl), shape)
+    return np.bincount(idx, minlength=math.prod(shape))
+
+
 def marginal_l1(data: dict[str, np.ndarray], targets: Sequence[tuple[tuple[str, ...], np.ndarray]],
                 card: dict[str, int]) -> float:  # fmt: skip
     """``sum_t ||counts_t(data) - target_t||_1`` over the targets (row-major over their
     columns): the objective :func:`balance_rows` lowers."""
-    total = 0.0
-    for cl, target in targets:
-        idx = np.ravel_multi_index(tuple(data[c] for c in cl), [card[c] for c in cl])
-        counts = np.bincount(idx, minlength=target.size)
-        total += float(np.abs(counts - target).sum())
-    return total
+    return sum(float(np.abs(_counts(data, cl, card) - t).sum()) for cl, t in targets)
 
 
 #: the default work of :func:`balance_rows`: swap proposals times the targets a column is in
@@ -309,8 +311,7 @@ def balance_rows(
             rest += [(0, 0)] * (width - len(rest))
             others, other_strides = [r for r, _ in rest], [st for _, st in rest]
             entries[pos[c]].append((others, other_strides, strides[k], start))
-        flat = np.ravel_multi_index(tuple(x[:, pos[c]] for c in cl), shape)
-        counts.append(np.bincount(flat, minlength=t.size))
+        counts.append(_counts(data, cl, card))
         start += t.size
     m = max(len(e) for e in entries)
     oth = np.zeros((len(cols), m, width), np.int32)
