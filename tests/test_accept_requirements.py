@@ -17,6 +17,7 @@ from dpql.plan import acceptance
 from dpql.plan.exact import answer, answer_all, design_matrix
 from dpql.plan.ir import (
     CatIn,
+    CentredProduct,
     CorrRequirement,
     MeanRequirement,
     ModelRequirement,
@@ -300,8 +301,12 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
     summary = out.summary_json()
     assert summary["method"] == "iproj" and len(summary["measures"]) == len(summary["noisy"])
     assert summary["measures"][0].startswith(("mean(", "count("))
-    # the plan's measures and the logistic's pilot (its model's accuracy, dpql.postprocess.run)
-    assert len(out.iproj.queries) == len(plan.measures.queries) + 1
+    # the plan's measures, the corr's three second moments centred at the synthetic means
+    # (dpql.postprocess.centre; the logistic keeps its own at 1/2) and the logistic's pilot
+    centred = [q for q in out.iproj.queries
+               if isinstance(q, CentredProduct) and q.centres != (0.5, 0.5)]  # fmt: skip
+    assert len(centred) == 3
+    assert len(out.iproj.queries) == len(plan.measures.queries) + 3 + 1
     assert summary["measures"][-1].startswith("model_accuracy(") and summary["pull"][-1] == 1.0
     exact = np.concatenate(answer_all(out.iproj.queries, REAL))
     assert np.abs(out.iproj.after - exact).max() < np.abs(out.iproj.before - exact).max()

@@ -39,6 +39,7 @@ from dpql.plan.ir import (
     Prefix,
     Query,
     TruePred,
+    on_centre_grid,
 )
 
 ROWS = 300
@@ -160,6 +161,11 @@ def random_queries(domain: Domain, rng: np.random.Generator) -> list[Query]:
         f, g = (factors[i] for i in rng.choice(len(factors), size=2))
         if f[0] != g[0] or f[1] is None:
             qs.append(CentredProduct(f, g))
+            # re-centred at compile time (dpql.postprocess.centre): public centres on the grid
+            c, d = (on_centre_grid(rng.random()) if h[1] is None else 0.5 for h in (f, g))
+            qs.append(CentredProduct(f, g, (c, c if f == g else d)))
+    col = str(rng.choice(num))
+    qs.append(Moment((col,), random_pred(domain, rng), centre=on_centre_grid(rng.random())))
     return qs
 
 

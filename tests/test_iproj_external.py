@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pandas as pd
 import pytest
+from test_iproj_support import spy_recentre
 
 from dpql.cli import main
 from dpql.spec.schema import SCHEMA_DIR
@@ -52,8 +53,9 @@ def test_shipped_table_is_the_public_only_generator_output() -> None:
     )
 
 
-def test_external_example_compiles_and_verifies(tmp_path: Path, capsys) -> None:
+def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypatch) -> None:
     spec = _spec_in(tmp_path)
+    seen = spy_recentre(monkeypatch)
     assert main(["compile", str(spec), "--seed", "0", "--quiet"]) == 0
     printed = capsys.readouterr().out
     out = tmp_path / "out"
@@ -81,17 +83,20 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys) -> None:
     post = record["postprocess"]
     # exact discrete noise: every published measure is a whole number of grid steps over n
     from dpql.plan.ir import query_grid
-    from dpql.plan.planner import build_plan
-    from dpql.spec.load import load_spec
 
-    plan = build_plan(load_spec(spec))
-    # the plan's measures, then the logistic's pilot (its model fitted on the external table,
-    # its accuracy measured in the logistic's release: dpql.postprocess.run.with_pilots)
-    K = len(plan.measures.queries)
+    # the measures compile answered: the plan's, the corr's second moments and the mean's
+    # numerator centred at the external table's means (dpql.postprocess.centre), then the
+    # logistic's pilot (its model fitted on the external table, its accuracy measured in the
+    # logistic's release: dpql.postprocess.run.with_pilots)
+    (_, measures), = seen
+    K = len(measures.queries)
+    centred = [q for q in measures.queries if getattr(q, "centre", None) is not None
+               or getattr(q, "centres", (0.5, 0.5)) != (0.5, 0.5)]  # fmt: skip
+    assert len(centred) == 4  # the corr's three second moments, the mean's numerator
     assert len(post["noisy"]) == K + 1 and post["measures"][K].startswith("model_accuracy(")
-    answered = [sum(i in r.cells for r in plan.measures.releases) for i in range(K)]
+    answered = [sum(i in r.cells for r in measures.releases) for i in range(K)]
     assert 1 in answered and max(answered) > 1  # shared moments: inverse-variance averages
-    for q, value, times in zip(plan.measures.queries, post["noisy"], answered, strict=False):
+    for q, value, times in zip(measures.queries, post["noisy"], answered, strict=False):
         if times > 1:  # an average of whole-step answers (post-processing), not itself one
             continue
         # the published double is the one nearest k * grid / n for an integer k

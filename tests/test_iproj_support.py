@@ -57,3 +57,20 @@ def make_table(n: int, seed: int, shift: float = 0.0, domain: Domain = DOMAIN) -
         scaled[name] = (v - col.lo) / col.span
         codes[name] = col.bin_of(v)  # type: ignore[union-attr]
     return EncodedTable(domain, codes, scaled)
+
+
+def spy_recentre(monkeypatch) -> list:
+    """Record what compile's post-processing measures (``run.recentre``: the requirements with
+    their compile-time centres and their measures, one pair per call) without changing it."""
+    import dpql.postprocess.run as run
+
+    seen: list = []
+    original = run.recentre
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(run, "recentre", spy)
+    return seen

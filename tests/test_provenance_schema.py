@@ -12,6 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from test_compile_e2e import small_release  # noqa: F401 (the fixture: a small rap release)
+from test_iproj_support import spy_recentre
 
 from dpql.cli import main
 from dpql.evaluate.workload import describe_query
@@ -55,7 +56,8 @@ def _mutations(record: dict) -> dict[str, dict]:
     return out
 
 
-def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release: Path, capsys):  # noqa: F811
+def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release: Path, capsys, monkeypatch):  # noqa: F811
+    seen = spy_recentre(monkeypatch)
     assert main(["compile", str(small_release), "--seed", "3", "--quiet"]) == 0
     out = small_release.parent / "out"
     record_path = out / "adult_synthetic.provenance.json"
@@ -91,30 +93,35 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     # equal noise
     spec = load_spec(small_release)
     plan = build_plan(spec)
-    queries, n = plan.measures.queries, record["spec"]["data"]["rows"]
+    n = record["spec"]["data"]["rows"]
+    # what compile measured: the plan's measures with the corr / mean ones centred at the
+    # synthetic table's means (dpql.postprocess.centre), in the plan's releases
+    (_, measured), = seen
+    queries = measured.queries
     planned = len(queries)
     assert post["measures"][:planned] == [describe_query(q, spec.domain) for q in queries]
     # then the logistic's pilot (dpql.postprocess.run.with_pilots): the accuracy of its model
     # fitted on RAP's table, answered in the logistic's own release, pulled like a moment
     assert k == planned + 1 and post["measures"][planned].startswith("model_accuracy(")
     assert post["pull"][planned] < 1.0
-    releases = plan.measures.releases
-    assert len(events) == len(releases) == len(plan.requirements)
+    releases = measured.releases
+    assert len(events) == len(releases) == len(plan.measures.releases) == len(plan.requirements)
     times = [sum(i in r.cells for r in releases) for i in range(planned)]
     checked = 0
-    for event, rel in zip(events, releases, strict=True):
+    for event, rel, mine in zip(events, releases, plan.measures.releases, strict=True):
         part = [queries[i] for i in rel.cells]
-        pilot = [planned] if tuple(rel.cells) == tuple(plan.measures.index[0]) else []
+        pilot = [planned] if tuple(rel.cells) == tuple(measured.index[0]) else []
         assert event["count"] == len(rel.cells) + len(pilot)
-        # the plan's sensitivity, the pilot's scale taken from the moments' (dpql verify)
-        assert math.isclose(event["l2_sensitivity"], joint_l2_sensitivity(part, n))
+        # the plan's sensitivity whatever the centres, the pilot's scale taken from the
+        # moments' (dpql verify)
+        want = joint_l2_sensitivity([plan.measures.queries[i] for i in mine.cells], n)
+        assert math.isclose(event["l2_sensitivity"], want)
         if any(times[i] > 1 for i in rel.cells):
             continue  # a shared measure's sd is an inverse-variance average over releases
         delta = [q.sensitivity(n).l2 for q in part] + [1 / n] * len(pilot)
         scales = [event["noise_scale"] / post["noise_sigma"][i] for i in (*rel.cells, *pilot)]
         spread = math.fsum((c * d) ** 2 for c, d in zip(scales, delta, strict=True))
-        assert math.isclose(spread, math.fsum(q.sensitivity(n).l2 ** 2 for q in part),
-                            rel_tol=1e-9)  # fmt: skip
+        assert math.isclose(spread, want**2, rel_tol=1e-9)
         checked += 1
     assert checked >= 1
     logit_release = events[0]  # the logistic's centred second moments: less than sqrt(K)/n

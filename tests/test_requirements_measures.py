@@ -155,16 +155,36 @@ def _noisy_sd(req, table: EncodedTable, sigma: float) -> float:
 def test_predicted_error_matches_monte_carlo_under_the_planning_prior(req) -> None:
     """Delta method vs the sd of the value over repeated Gaussian noise on exact answers of a
     table drawn from the planning prior itself: numeric columns symmetric triangular on their
-    bounds (mean: ratio 1 is the worst case, so it bounds from above). 2000 draws: the sd's
-    relative standard error is 1/sqrt(2 * 2000) = 1.6%, so 10% is over 6 of them."""
+    bounds; a mean's numerator centred at the table's conditional mean, as compile centres it
+    (``dpql.postprocess.centre``). 2000 draws: the sd's relative standard error is
+    1/sqrt(2 * 2000) = 1.6%, so 10% is over 6 of them."""
+    from dpql.postprocess.centre import centred_requirement
+
     assert PLANNING_SD == pytest.approx(1 / math.sqrt(24))
     sigma = 2e-3
-    sd = _noisy_sd(req, _prior_table(200_000, seed=3), sigma)
-    pred = predicted_error(req, sigma, DOMAIN)
-    if isinstance(req, MeanRequirement):
-        assert sd <= pred <= 2.0 * sd
-    else:
-        assert pred == pytest.approx(sd, rel=0.1)
+    table = _prior_table(200_000, seed=3)
+    measured = centred_requirement(req, table) if isinstance(req, MeanRequirement) else req
+    sd = _noisy_sd(measured, table, sigma)
+    assert predicted_error(req, sigma, DOMAIN) == pytest.approx(sd, rel=0.1)
+
+
+def test_a_centred_mean_has_less_noise_than_the_plain_ratio() -> None:
+    """Centred at its conditional mean, a mean's numerator carries (almost) all of the value's
+    noise and the count none, so the sd falls from ``sqrt(1 + ratio^2) sigma / P`` to about
+    ``sigma / P``: here (ratio 1/2) by a factor sqrt(1.25) = 1.12; the value itself is the
+    same (exact answers)."""
+    from dpql.postprocess.centre import centred_requirement
+
+    req = MeanRequirement("hours", CatIn("job", frozenset({2})), TOL)
+    table = _prior_table(200_000, seed=5)
+    centred = centred_requirement(req, table)
+    assert centred.centre is not None and abs(centred.centre - 0.5) < 0.01
+    plain, recentred = (_noisy_sd(r, table, 2e-3) for r in (req, centred))
+    assert plain / recentred == pytest.approx(math.sqrt(1.25), rel=0.06)
+    exact = [requirement_value(r, expand_requirements([r], DOMAIN).answer_map(
+        np.concatenate(answer_all(expand_requirements([r], DOMAIN).queries, table))), DOMAIN)
+        for r in (req, centred)]  # fmt: skip
+    assert exact[0] == pytest.approx(exact[1], rel=1e-9)
 
 
 def test_a_correlation_is_planned_at_the_triangular_spread_not_the_uniform() -> None:

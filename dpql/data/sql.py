@@ -420,11 +420,13 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
         if not q.columns:
             return f"SUM(CASE WHEN {pred_sql(q.given, domain)} THEN 1 ELSE 0 END)", None
         prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns)
+        if q.centre is not None:
+            prod = f"({prod} - {double(q.centre)})"
         return _grid_sum(f"CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END"), None
     if isinstance(q, CentredProduct):
         left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
-        half = double(0.5)
-        return _grid_sum(f"({left} - {half}) * ({right} - {half})"), None
+        c, d = (double(x) for x in q.centres)
+        return _grid_sum(f"({left} - {c}) * ({right} - {d})"), None
     raise TypeError(f"not a query: {q!r}")
 
 

@@ -80,9 +80,12 @@ def describe_query(q: Query, domain: Domain) -> str:
         return f"count({describe_pred(q.predicate, domain)})"
     if isinstance(q, CentredProduct):
         left, right = (_describe_factor(f, domain) for f in (q.left, q.right))
-        return f"mean(({left} - 1/2)*({right} - 1/2))"
+        c, d = ("1/2" if x == 0.5 else f"{x:.6g}" for x in q.centres)
+        return f"mean(({left} - {c})*({right} - {d}))"
     if not isinstance(q, Moment):  # a query class added after this function was written
         return f"{q.kind}({', '.join(query_columns(q))})"
     given = "" if isinstance(q.given, TruePred) else f" | {describe_pred(q.given, domain)}"
     prod = "*".join(f"u({c})" for c in q.columns) or "1"
+    if q.centre is not None:
+        prod = f"({prod} - {q.centre:.6g})"
     return f"mean({prod}{given})"

@@ -97,10 +97,7 @@ def _answer_sum(q: Query, t: EncodedTable) -> np.ndarray:
     if isinstance(q, Count):
         return np.array([float(np.sum(eval_pred(q.predicate, t)))])
     if isinstance(q, Moment):
-        w = eval_pred(q.given, t).astype(np.float64)
-        for c in q.columns:
-            w = w * t.scaled[c]
-        return np.array([float(np.sum(w))])
+        return np.array([float(np.sum(moment_values(q, t)))])
     if isinstance(q, CentredProduct):
         return np.array([float(np.sum(centred_values(q, t)))])
     if isinstance(q, ModelAccuracy):
@@ -116,8 +113,20 @@ def factor_values(f: Factor, t: EncodedTable) -> np.ndarray:
 
 
 def centred_values(q: CentredProduct, t: EncodedTable) -> np.ndarray:
-    """Per-row ``(f - 1/2) * (g - 1/2)`` of a :class:`~dpql.plan.ir.CentredProduct`."""
-    return (factor_values(q.left, t) - 0.5) * (factor_values(q.right, t) - 0.5)
+    """Per-row ``(f - c) * (g - d)`` of a :class:`~dpql.plan.ir.CentredProduct` (centres
+    ``(c, d)``, 1/2 unless re-centred)."""
+    c, d = q.centres
+    return (factor_values(q.left, t) - c) * (factor_values(q.right, t) - d)
+
+
+def moment_values(q: Moment, t: EncodedTable) -> np.ndarray:
+    """Per-row ``prod_j u_j * 1{given}`` of a :class:`~dpql.plan.ir.Moment`, or ``(u - c) *
+    1{given}`` with a centre ``c``."""
+    w = eval_pred(q.given, t).astype(np.float64)
+    for col in q.columns:
+        u = t.scaled[col] if q.centre is None else t.scaled[col] - q.centre
+        w = w * u
+    return w
 
 
 def design_matrix(features: Sequence[str], t: EncodedTable) -> np.ndarray:
@@ -169,10 +178,7 @@ def per_row(q: Query, t: EncodedTable) -> np.ndarray:
     if isinstance(q, Count):
         return eval_pred(q.predicate, t).astype(np.float64)[:, None]
     if isinstance(q, Moment):
-        w = eval_pred(q.given, t).astype(np.float64)
-        for c in q.columns:
-            w = w * t.scaled[c]
-        return w[:, None]
+        return moment_values(q, t)[:, None]
     if isinstance(q, CentredProduct):
         return centred_values(q, t)[:, None]
     if isinstance(q, ModelAccuracy):

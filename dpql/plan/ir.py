@@ -193,14 +193,39 @@ class Moment:
 
     columns: tuple[str, ...]
     given: Pred = TruePred()
+    # ``centre`` c (one column only): ``mean((u - c) * 1{given})``, values in [-c, 1 - c], so the
+    # sensitivity is unchanged (width 1). A public value on CENTRE_GRID, chosen at compile time
+    # from the synthetic table (``dpql.postprocess.centre``); None: the plain moment.
+    centre: float | None = None
 
     kind = "moment"
+
+    def __post_init__(self) -> None:
+        if self.centre is not None:
+            if len(self.columns) != 1:
+                raise ValueError("only a one-column moment can be centred")
+            _check_centre(self.centre)
 
     def cells(self, domain: Domain) -> int:
         return 1
 
     def sensitivity(self, n: int) -> Sensitivity:
         return _scalar_sensitivity(n)
+
+
+# Centres of centred queries lie on this public grid (2^-10): with per-record values rounded to
+# REAL_GRID (2^-20), every range endpoint (a product of two centred corners) is a grid point.
+CENTRE_GRID = 2.0**-10
+
+
+def _check_centre(c: float) -> None:
+    if not (0.0 <= c <= 1.0) or c / CENTRE_GRID != round(c / CENTRE_GRID):
+        raise ValueError(f"a centre must lie in [0, 1] on the grid {CENTRE_GRID:g}, not {c!r}")
+
+
+def on_centre_grid(x: float) -> float:
+    """``x`` rounded to :data:`CENTRE_GRID` and clipped to [0, 1] (a public centre)."""
+    return min(max(round(float(x) / CENTRE_GRID) * CENTRE_GRID, 0.0), 1.0)
 
 
 # A factor of a product: (column, None) is a numeric column's scaled value u in [0, 1],
@@ -226,13 +251,25 @@ class CentredProduct:
 
     left: Factor
     right: Factor
+    # the centres of (left, right); (1/2, 1/2) by default. Compile may re-centre a numeric
+    # factor at a public value on CENTRE_GRID (``dpql.postprocess.centre``); an indicator keeps 1/2.
+    centres: tuple[float, float] = (0.5, 0.5)
 
     kind = "centred"
 
     def __post_init__(self) -> None:
-        a, b = sorted((self.left, self.right), key=_factor_key)
+        pairs = sorted(zip((self.left, self.right), self.centres, strict=True),
+                       key=lambda p: _factor_key(p[0]))  # fmt: skip
+        (a, ca), (b, cb) = pairs
         object.__setattr__(self, "left", a)
         object.__setattr__(self, "right", b)
+        object.__setattr__(self, "centres", (float(ca), float(cb)))
+        for f, c in pairs:
+            _check_centre(c)
+            if f[1] is not None and c != 0.5:
+                raise ValueError("an indicator factor is centred at 1/2")
+        if a == b and ca != cb:
+            raise ValueError("a square has one centre")
         if a == b and a[1] is not None:
             raise ValueError("an indicator's centred square is the constant 1/4, not a query")
         if a[0] == b[0] and a[1] is not None and b[1] is not None:
@@ -249,8 +286,15 @@ class CentredProduct:
 
     def sensitivity(self, n: int) -> Sensitivity:
         # (f - 1/2)(g - 1/2) ranges over [-1/4, 1/4]; a square (u - 1/2)^2 over [0, 1/4].
-        # A record outside the kept rows contributes 0, inside both ranges.
-        width = 0.25 if self.square else 0.5
+        # Centred at (c, d): a square over [0, max(c, 1 - c)^2]; a product, bilinear, between
+        # its corners' values (0 among them: c, d in [0, 1]). A record outside the kept rows
+        # contributes 0, inside every range.
+        c, d = self.centres
+        if self.square:
+            width = max(c, 1 - c) ** 2
+        else:
+            corners = [(x - c) * (y - d) for x in (0.0, 1.0) for y in (0.0, 1.0)]
+            width = max(corners) - min(corners)
         return Sensitivity(width / n, width / n)
 
 
@@ -377,6 +421,9 @@ class CorrRequirement:
     tolerance: Tolerance
     text: str = ""
     weight: float | None = None  # share of the post-processing budget (relative)
+    # compile-time centres of (a, b) for the measured second moments (public, on CENTRE_GRID;
+    # ``dpql.postprocess.centre``); None: the midpoints 1/2 (the plan's)
+    centres: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -386,6 +433,9 @@ class MeanRequirement:
     tolerance: Tolerance
     text: str = ""
     weight: float | None = None  # share of the post-processing budget (relative)
+    # compile-time centre of the column for the measured numerator E[(u - c) 1{given}]
+    # (public, on CENTRE_GRID; ``dpql.postprocess.centre``); None: the plain E[u 1{given}]
+    centre: float | None = None
 
 
 @dataclass(frozen=True)

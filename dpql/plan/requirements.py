@@ -226,13 +226,15 @@ def product_query(factors: Sequence[Factor], given: Pred = _TRUE) -> Query | flo
     return 1.0 if isinstance(pred, TruePred) else Count(pred)
 
 
-def centred_product(f: Factor, g: Factor) -> CentredProduct | float:
-    """The centred second moment ``E(f - 1/2)(g - 1/2)``, or the constant 1/4 of an indicator's
-    square. Two values of one categorical column are linear in the first moments
-    (``1/4 - (E f + E g)/2``): callers leave them out (the IR refuses them)."""
+def centred_product(
+    f: Factor, g: Factor, centres: tuple[float, float] = (0.5, 0.5)
+) -> CentredProduct | float:
+    """The centred second moment ``E(f - c)(g - d)`` (``centres``, 1/2 by default), or the
+    constant 1/4 of an indicator's square. Two values of one categorical column are linear in
+    the first moments (``1/4 - (E f + E g)/2``): callers leave them out (the IR refuses them)."""
     if f == g and f[1] is not None:
         return 0.25
-    return CentredProduct(f, g)
+    return CentredProduct(f, g, centres)
 
 
 def _one_column_indicators(f: Factor, g: Factor) -> bool:
@@ -250,15 +252,34 @@ def _moment_queries(factors: Sequence[Factor]) -> list[Query | float]:
     return out
 
 
+def _corr_centres(req: CorrRequirement, domain: Domain) -> tuple[float, float]:
+    """The centres of (a, b): the requirement's compile-time ones for numeric columns, else 1/2
+    (a binary column's indicator is always centred at 1/2)."""
+    a, b = _scalar_factor(domain, req.a, req), _scalar_factor(domain, req.b, req)
+    given = req.centres or (0.5, 0.5)
+    return tuple(c if f[1] is None else 0.5 for f, c in zip((a, b), given, strict=True))  # type: ignore[return-value]
+
+
 def _corr_parts(req: CorrRequirement, domain: Domain) -> list[Query | float]:
     a, b = _scalar_factor(domain, req.a, req), _scalar_factor(domain, req.b, req)
-    pairs = [centred_product(f, g) for f, g in ((a, a), (a, b), (b, b))]
+    ca, cb = _corr_centres(req, domain)
+    centre = {a: ca, b: cb}
+    pairs = [centred_product(f, g, (centre[f], centre[g])) for f, g in ((a, a), (a, b), (b, b))]
     return [product_query([a]), product_query([b]), *pairs]
+
+
+def _mean_centre(req: MeanRequirement, domain: Domain) -> float | None:
+    """The compile-time centre of a numeric column's mean; None otherwise."""
+    return req.centre if _scalar_factor(domain, req.column, req)[1] is None else None
 
 
 def _mean_parts(req: MeanRequirement, domain: Domain) -> list[Query | float]:
     f = _scalar_factor(domain, req.column, req)
-    return [product_query([f], req.given), product_query([], req.given)]
+    c = _mean_centre(req, domain)
+    num = product_query([f], req.given)
+    if c is not None and isinstance(num, Moment):
+        num = Moment(num.columns, num.given, centre=c)
+    return [num, product_query([], req.given)]
 
 
 def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
@@ -302,11 +323,12 @@ def lookup_part(answers: Mapping[Query, float], part: Query | float) -> float:
 VARIANCE_RTOL = 1e-9  # variance below this fraction of E x^2: a constant column (rounding)
 
 
-def _corr(m: Sequence[float]) -> float:
+def _corr(m: Sequence[float], centres: tuple[float, float] = (0.5, 0.5)) -> float:
     """Pearson correlation from ``E a, E b`` and the centred ``E a'a', E a'b', E b'b'``
-    (``a' = a - 1/2``): ``Var a = E a'^2 - (E a')^2``, ``Cov = E a'b' - E a' E b'``."""
+    (``a' = a - c``, ``b' = b - d`` for ``centres`` (c, d)): ``Var a = E a'^2 - (E a')^2``,
+    ``Cov = E a'b' - E a' E b'``."""
     ma, mb, caa, cab, cbb = m
-    da, db = ma - 0.5, mb - 0.5
+    da, db = ma - centres[0], mb - centres[1]
     va, vb = caa - da * da, cbb - db * db
     if not (va > VARIANCE_RTOL * abs(caa) and vb > VARIANCE_RTOL * abs(cbb)):
         return math.nan  # E a'^2 - (E a')^2 of a constant column is rounding error, not variance
@@ -322,11 +344,16 @@ def parts_and_fn(
 ) -> tuple[list[Query | float], Callable[[Sequence[float]], float], float]:
     """(parts, value on the [0, 1] scale, factor to original units)."""
     if isinstance(req, CorrRequirement):
-        return _corr_parts(req, domain), _corr, 1.0
+        centres = _corr_centres(req, domain)
+        return _corr_parts(req, domain), lambda m: _corr(m, centres), 1.0
     if isinstance(req, MeanRequirement):
         col = domain[req.column]
         span = col.span if isinstance(col, NumericColumn) else 1.0
-        return _mean_parts(req, domain), _ratio, span
+        c = _mean_centre(req, domain)
+        if c is None:
+            return _mean_parts(req, domain), _ratio, span
+        # E[(u - c) 1{P}] / E[1{P}] + c: the ratio of the centred numerator, shifted back
+        return _mean_parts(req, domain), lambda m: _ratio(m) + c, span
     if isinstance(req, CountRequirement):
         return [product_query([], req.predicate)], lambda m: m[0], 1.0
     raise TypeError("model requirements have no moment value; see dpql.postprocess.accept")
@@ -480,8 +507,12 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
         return sigma
     parts, fn, span = parts_and_fn(req, domain)
     m = [_plausible(p, domain) for p in parts]
-    if isinstance(req, MeanRequirement):
-        m[0] = m[1]  # worst-case conditional mean (ratio 1)
+    if isinstance(req, MeanRequirement) and _scalar_factor(domain, req.column, req)[1] is None:
+        # compile centres the numerator at the synthetic conditional mean
+        # (dpql.postprocess.centre): E[(u - c) 1{P}] ~ 0, the count's derivative ~ 0
+        m[0] = 0.0
+    elif isinstance(req, MeanRequirement):
+        m[0] = m[1]  # a binary column's share, not centred: worst case (ratio 1)
     if isinstance(req, MeanRequirement) and m[1] <= 0:
         return math.inf
     sigmas = [0.0 if isinstance(p, float) else sigma for p in parts]

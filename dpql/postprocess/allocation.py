@@ -27,7 +27,7 @@ ALLOCATION_SWEEPS = 200  # fixed-point iterations of allocation_scales (a few do
 ALLOCATION_FLOOR = 0.05
 
 
-def _value_gradient(
+def value_gradient(
     req: Requirement, answers: Mapping[Query, float], domain: Domain
 ) -> dict[Query, float]:
     """d value / d measure of a moment requirement at ``answers`` (original units; a query that
@@ -99,7 +99,7 @@ def _release_scales(
     G2 = np.zeros((len(reqs), len(free)))
     fixed = np.zeros(len(reqs))
     for i, r in enumerate(reqs):
-        for q, g in _value_gradient(r, answers, domain).items():
+        for q, g in value_gradient(r, answers, domain).items():
             if q in col:
                 G2[i, col[q]] += g * g
             else:

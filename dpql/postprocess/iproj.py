@@ -79,6 +79,21 @@ class Measurement:
         object.__setattr__(self, "sigma", sigma.copy())
 
 
+@dataclass(frozen=True, eq=False)
+class ValuePull:
+    """Penalised linear combinations of the measures for ``iproject(values=...)``: column ``r`` of
+    ``weights`` (K, R) is requirement r's value gradient in the measures at the noisy answers,
+    ``target[r] = weights[:, r] . noisy`` (so ``weights[:, r] . E_w f = target[r]`` is the
+    value equal to its noisy one, to first order), ``sigma[r]`` its delta-method sd and
+    ``pull[r]`` the factor on its ridge (``prior_rows * sigma^2 * pull``). Public: functions of
+    DP outputs and the plan."""
+
+    weights: np.ndarray
+    target: np.ndarray
+    sigma: np.ndarray
+    pull: np.ndarray
+
+
 def measure(
     queries: Sequence[Query],
     oracle: MeasurementOracle,
@@ -398,6 +413,7 @@ def iproject(
     ess_floor: float = 0.0,
     workload: SparseQueries | None = None,
     pull: float | np.ndarray = 1.0,
+    values: ValuePull | None = None,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
 
@@ -418,7 +434,10 @@ def iproject(
     further steps of 0.8 until it too meets the floor. ``pull`` (a number, or one per measure,
     in (0, 1]): a factor on each measure's ridge, i.e. its penalty weighs ``1 / pull`` times
     more, as if the prior were worth ``pull * prior_rows`` rows in that measure's direction
-    (``dpql.postprocess.run.MOMENT_PULL``).
+    (``dpql.postprocess.run.MOMENT_PULL``). ``values`` (with ``prior_rows``): further penalised
+    linear combinations of the measures (:class:`ValuePull`), each a requirement's value
+    linearised at the noisy answers, so the table's *value* follows the noisy one even where
+    the workload holds the single moments it is made of.
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -471,6 +490,13 @@ def iproject(
         if prior_rows is None
         else float(prior_rows) * measurement.sigma**2 * np.broadcast_to(pull, target.shape)
     )
+    if values is not None and prior_rows is not None and values.weights.shape[1]:
+        # derived columns: the pseudo-observations g_r . f = g_r . noisy, ridge prior * sd_r^2
+        Fk = np.hstack([Fk, Fk @ values.weights])
+        target = np.concatenate([target, values.target])
+        ridge = np.concatenate(
+            [np.broadcast_to(ridge, (K,)), float(prior_rows) * values.sigma**2 * values.pull]
+        )
     penal = workload.rows(ok) if workload is not None and prior_rows else None
     smooth_viol: dict[int, float] = {}  # id(solution) -> its largest gradient entry
 
@@ -539,6 +565,10 @@ def iproject(
             )
         )
     resid = sol.weights @ Fk - target - ridge * sol.lam
+    if Fk.shape[1] > K:  # the value pulls' columns are reported through the KKT check only
+        Fk, target, lam = Fk[:, :K], target[:K], sol.lam[:K]
+    else:
+        lam = sol.lam
     if penal is None:
         gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape)
         viol = _kkt(resid, sol.lam, gam)
@@ -580,7 +610,7 @@ def iproject(
         queries=measurement.queries,
         sigma=measurement.sigma,
         weights=w,
-        lam=sol.lam,
+        lam=lam,
         noisy=measurement.noisy,
         target=target,
         before=Fk.mean(axis=0),

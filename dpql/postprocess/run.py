@@ -14,6 +14,7 @@ from dpql.domain import EncodedTable
 from dpql.plan.oracle import MeasurementOracle
 from dpql.postprocess.accept import ModelAcceptance, MomentAcceptance, acceptance_report
 from dpql.postprocess.allocation import allocation_scales
+from dpql.postprocess.centre import keep_planned_l2, recentre
 
 if TYPE_CHECKING:  # jax stays out of plan-time imports
     from dpql.postprocess.iproj import IProjResult
@@ -81,6 +82,11 @@ MOMENT_PULL = 0.02
 PILOT = True
 PILOT_MAX_SHARE = 0.75
 PILOT_PULL: float | None = None  # the pilots' factor on their ridge; None: MOMENT_PULL
+# Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
+# the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
+VALUE_PULL: float | None = 0.002
+# The corr / mean measures centred at the synthetic table's means (``dpql.postprocess.centre``).
+CENTRE = True
 
 
 def _measure_errors(res: IProjResult) -> dict[str, Any]:
@@ -136,6 +142,38 @@ def moment_pull(
     if len(pilots):
         pull[list(pilots)] = MOMENT_PULL if PILOT_PULL is None else PILOT_PULL
     return pull
+
+
+def value_pulls(
+    measures: Any, requirements: Sequence[Any], noisy: np.ndarray, sigma: np.ndarray, domain: Any
+) -> Any:
+    """The :class:`~dpql.postprocess.iproj.ValuePull` of every corr / mean requirement (a
+    value of two or more measures), linearised at the ``noisy`` answers (DP outputs), or None
+    (``VALUE_PULL`` unset or no such requirement)."""
+    from dpql.plan.ir import ModelRequirement
+    from dpql.postprocess.allocation import value_gradient
+    from dpql.postprocess.iproj import ValuePull
+
+    if VALUE_PULL is None:
+        return None
+    answers = measures.answer_map(noisy)
+    where = {q: k for k, q in enumerate(measures.queries)}
+    cols = []
+    for req, cells in zip(requirements, measures.index, strict=True):
+        if isinstance(req, ModelRequirement) or len(cells) < 2:
+            continue
+        g = np.zeros(len(measures.queries))
+        for q, d in value_gradient(req, answers, domain).items():
+            g[where[q]] += d
+        if np.all(np.isfinite(g)) and np.any(g):
+            # on the measures' own scale (largest weight 1): the same penalty, but its KKT
+            # residual is comparable with theirs (a corr's weights reach 1 / (sd_a sd_b) ~ 40)
+            cols.append(g / np.max(np.abs(g)))
+    if not cols:
+        return None
+    W = np.stack(cols, axis=1)
+    sd = np.sqrt((W**2 * (sigma**2)[:, None]).sum(axis=0))
+    return ValuePull(W, W.T @ noisy, sd, np.full(len(cols), VALUE_PULL))
 
 
 def with_pilots(
@@ -240,18 +278,25 @@ def run_postprocess(
     tick(0)
     spec = getattr(plan, "spec", None)
     n = oracle.n  # public (the spec's row count)
+    requirements, measures = (
+        recentre(plan.requirements, plan.measures, table)
+        if CENTRE
+        else (tuple(plan.requirements), plan.measures)
+    )
     # the pilots are fitted on the synthetic table (public) and join their releases
-    measures, pilots = with_pilots(plan.measures, plan.requirements, table, n, seed)
+    measures, pilots = with_pilots(measures, requirements, table, n, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
         synthetic = np.nanmean(features(measures.queries, table), axis=0)
     # The synthetic table is public (the generator's DP output, or the external table with its
     # declared budget), so the noise may be spread by its moments.
     scales = allocation_scales(
-        measures, plan.requirements, measures.answer_map(synthetic), table.domain
+        measures, requirements, measures.answer_map(synthetic), table.domain
     )
     if pilots:
         scales = pilot_scales(measures, scales, pilots, n)
+    if CENTRE:  # each release at the plan's L2 sensitivity, whatever its centres
+        scales = keep_planned_l2(plan.measures, measures, scales, n)
     measurement = measure(
         measures.queries,
         oracle,
@@ -268,17 +313,22 @@ def run_postprocess(
         else None
     )
     prior = (PRIOR_ROWS if penalty is None else PRIOR_ROWS_WITH_WORKLOAD) * table.n
+    values = (
+        value_pulls(measures, requirements, measurement.noisy, measurement.sigma, table.domain)
+        if penalty is not None
+        else None
+    )  # fmt: skip
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=ESS_FLOOR,
-        workload=penalty,
+        workload=penalty, values=values,
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
-        pull=moment_pull(measures, plan.requirements, list(pilots)) if penalty is not None
+        pull=moment_pull(measures, requirements, list(pilots)) if penalty is not None
         else 1.0,
     )  # fmt: skip
     tick(2)
     acceptance = acceptance_report(
-        plan.requirements, result.table, oracle, plan.phase_rho.get("accept.test", 0.0), result,
+        requirements, result.table, oracle, plan.phase_rho.get("accept.test", 0.0), result,
         before=table, seed=seed,
     )  # fmt: skip
     tick(3)
