@@ -185,7 +185,8 @@ def _split_text(plan: Any) -> str:
     how = (
         "chosen by the planner: the least that lets every DP test decide its tolerance, "
         f"at most {float(split.cap):g}, plus room for a pass (2 sd <= {1 - PASS_ROOM:g} t) "
-        f"while the share stays at most {float(ROOM_SHARE_CAP):g}"
+        f"while the share stays at most {float(ROOM_SHARE_CAP):g} (the first room that "
+        "does not fit whole gets what is left)"
         if split.chosen
         else "fixed by postprocess.share"
     )

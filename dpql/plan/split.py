@@ -26,7 +26,7 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   tolerance); a verdict is ``pass`` only when ``|synthetic - noisy| + Z sd <= t``, so a
   release funded at exactly ``Z sd = t`` is decided as ``fail`` or ``inconclusive`` but
   practically never as ``pass``. So the planner also buys *room for a pass*: ``Z sd <= (1 -
-  PASS_ROOM) t`` (a fifth of the tolerance left for the table's own distance from the noisy
+  PASS_ROOM) t`` (a quarter of the tolerance left for the table's own distance from the noisy
   value, which compile's projection keeps to a fraction of an sd,
   ``dpql.postprocess.run.MOMENT_PULL`` and ``VALUE_PULL``), cheapest increment first, only while
   the chosen share stays at most ``ROOM_SHARE_CAP`` (1/8); the first room that does not fit whole
@@ -114,7 +114,11 @@ NEED_MARGIN = 1.0 + 1e-9  # split_rho rounds each part down by a few ulps
 # value: a verdict is `pass` only when |synthetic - noisy| + Z sd <= t, so a release planned at
 # Z sd = t can be decided but practically never passed. With room: Z sd <= (1 - PASS_ROOM) t,
 # bought (cheapest first) only while the chosen share stays at most ROOM_SHARE_CAP.
-PASS_ROOM = 0.2
+# A quarter: after the value pull (dpql.postprocess.run.VALUE_PULL) the table's distance from
+# the noisy value is resampling's, up to 0.11 of the mean's tolerance and 0.009 of the corr's
+# on the example (benchmarks/iproj/RESULTS.md, session 10), and a mean's sd can exceed the plan's
+# where its condition is rarer than the planning prior says (0.43 against 0.40 there).
+PASS_ROOM = 0.25
 ROOM_SHARE_CAP = Fraction(1, 8)
 # A logistic `within` requirement's pilot accuracy (module docstring): its noise sd as a fraction
 # of the tolerance, the test's own (the pass needs |synthetic - real| + Z sd_test <= t, and the
