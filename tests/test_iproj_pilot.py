@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_iproj_support import DOMAIN, ExactOracle, make_table, spy_recentre
+from test_iproj_support import DOMAIN, ExactOracle, make_table, planned, spy_recentre
 
 from dpql.domain import EncodedTable
 from dpql.plan.exact import answer_all
@@ -29,11 +29,9 @@ from dpql.plan.ir import (
 from dpql.plan.requirements import expand_requirements, release_rhos
 from dpql.plan.split import (
     PILOT_SD_FRACTION,
-    choose_split,
     pilot_l2_share,
     pilot_sd,
     requirement_need,
-    with_releases,
 )
 from dpql.postprocess import run
 
@@ -69,18 +67,7 @@ def _workload(table: EncodedTable, seed: int = 5) -> list[tuple]:
 
 
 def _plan(rho: float = 0.5) -> SimpleNamespace:
-    reqs = (LOGIT, CORR)
-    m = expand_requirements(reqs, DOMAIN)
-    split = choose_split(reqs, m, rho=rho, n=N, domain=DOMAIN, share=None)
-    return SimpleNamespace(
-        measures=with_releases(m, split),
-        requirements=reqs,
-        phase_rho={
-            "iproj.measure": float(split.share - split.test_share) * rho,
-            "accept.test": float(split.test_share) * rho,
-        },
-        split=split,
-    )
+    return planned((LOGIT, CORR), rho, N)
 
 
 def test_the_plan_pays_for_the_pilot() -> None:
@@ -119,9 +106,14 @@ def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) ->
     plan = _plan()
     oracle = ExactOracle(REAL, seed=21)
     seen = spy_recentre(monkeypatch)
+    met_seen: list = []
+    already_met = run.already_met
+    monkeypatch.setattr(run, "already_met", lambda *a: met_seen.append(already_met(*a))
+                        or met_seen[-1])  # fmt: skip
     out = run.run_postprocess(plan, oracle, SYN, seed=0, workload=_workload(SYN))
     m = plan.measures
     (_, measured), = seen
+    (met,) = met_seen
     rhos = release_rhos(m.releases, plan.phase_rho["iproj.measure"])
     events = [e for e in oracle.ledger.events if e.phase == "iproj.measure"]
     assert len(events) == len(m.releases)
@@ -137,10 +129,11 @@ def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) ->
     summary = out.summary_json()
     assert summary["pull"][k] == run.MOMENT_PULL
     assert summary["measures"][k].startswith("model_accuracy(")
-    # the logistic's own moments keep the plain weight, the corr's (some shared) are pulled
+    # the logistic's own moments keep the plain weight; the corr's (some shared) are pulled
+    # unless the table already meets the corr with room (run.already_met)
     i = measured.index
     assert {summary["pull"][c] for c in set(i[0]) - set(i[1])} == {1.0}
-    assert {summary["pull"][c] for c in i[1]} == {run.MOMENT_PULL}
+    assert {summary["pull"][c] for c in i[1]} == {1.0 if 1 in met else run.MOMENT_PULL}
 
 
 @pytest.mark.parametrize("draw", [0, 1])
@@ -149,9 +142,10 @@ def test_the_pilot_closes_the_accuracy_gap(draw: int, monkeypatch: pytest.Monkey
     on it scores ~0.05 higher there than on the real table; the moments leave that gap (0.037
     and 0.050 after post-processing without the pilot: ``inconclusive`` / ``fail``), the pilot
     brings the table's accuracy to the real one (0.005 and 0.011: the model refitted on the
-    released table is close to the pilot, not equal) and the test passes. With the corr / mean
-    measures centred and their values pulled (``run.CENTRE``, ``run.VALUE_PULL``), which move
-    the same rows, the figures are 0.036 / 0.054 without the pilot and 0.013 / 0.012 with it."""
+    released table is close to the pilot, not equal) and the test passes. With the corr's
+    measures centred (``run.CENTRE``) and the corr met with room here (``run.already_met``: its
+    measures at the plain weight), the figures are 0.051 / 0.040 without the pilot and
+    0.012 / 0.017 with it: a pass needs at most 0.03 (t - 2 sd of the test)."""
 
     def once(pilot: bool) -> tuple[float, str, float]:
         monkeypatch.setattr(run, "PILOT", pilot)
@@ -164,5 +158,5 @@ def test_the_pilot_closes_the_accuracy_gap(draw: int, monkeypatch: pytest.Monkey
     gap_plain, verdict_plain, _ = once(False)
     gap_pilot, verdict_pilot, ess = once(True)
     assert gap_plain > 0.03 and verdict_plain != "pass"
-    assert gap_pilot < 0.015 and gap_pilot < 0.4 * gap_plain and verdict_pilot == "pass"
+    assert gap_pilot < 0.02 and gap_pilot < 0.5 * gap_plain and verdict_pilot == "pass"
     assert ess > 0.9 * N

@@ -74,3 +74,24 @@ def spy_recentre(monkeypatch) -> list:
 
     monkeypatch.setattr(run, "recentre", spy)
     return seen
+
+
+def planned(reqs: tuple, rho: float, n: int, domain: Domain = DOMAIN, share: float | None = None):
+    """The post-processing part of a plan for ``reqs`` (what ``run.run_postprocess`` reads): the
+    planner's split at ``rho`` for ``n`` rows, its releases, and each phase's rho."""
+    from types import SimpleNamespace
+
+    from dpql.plan.requirements import expand_requirements
+    from dpql.plan.split import choose_split, with_releases
+
+    m = expand_requirements(reqs, domain)
+    split = choose_split(reqs, m, rho=rho, n=n, domain=domain, share=share)
+    return SimpleNamespace(
+        measures=with_releases(m, split),
+        requirements=reqs,
+        phase_rho={
+            "iproj.measure": float(split.share - split.test_share) * rho,
+            "accept.test": float(split.test_share) * rho,
+        },
+        split=split,
+    )

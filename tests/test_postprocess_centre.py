@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import itertools
 from fractions import Fraction
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_iproj_support import DOMAIN, ExactOracle, make_table
+from test_iproj_support import DOMAIN, ExactOracle, make_table, planned
 
 from dpql.domain import EncodedTable
 from dpql.plan.exact import answer_all, per_row
@@ -32,7 +31,6 @@ from dpql.plan.requirements import (
     parts_and_fn,
     requirement_value,
 )
-from dpql.plan.split import choose_split, with_releases
 from dpql.postprocess import run
 from dpql.postprocess.centre import centred_requirement, keep_planned_l2, recentre
 
@@ -122,19 +120,6 @@ def test_the_value_is_the_same_and_the_first_moments_drop_out() -> None:
         assert np.abs(g0[first]).max() > 0.1 * np.abs(g0).max()  # not so at the midpoints
 
 
-def _plan(reqs: tuple, rho: float = 0.5) -> SimpleNamespace:
-    m = expand_requirements(reqs, DOMAIN)
-    split = choose_split(reqs, m, rho=rho, n=N, domain=DOMAIN, share=None)
-    return SimpleNamespace(
-        measures=with_releases(m, split),
-        requirements=reqs,
-        phase_rho={
-            "iproj.measure": float(split.share - split.test_share) * rho,
-            "accept.test": float(split.test_share) * rho,
-        },
-    )
-
-
 @pytest.mark.parametrize("split", [True, False])
 def test_recentring_keeps_the_plans_releases_and_sensitivities(split: bool) -> None:
     """One release per requirement (the planner's split) or one joint release: the same
@@ -142,10 +127,9 @@ def test_recentring_keeps_the_plans_releases_and_sensitivities(split: bool) -> N
     release, and ``keep_planned_l2`` brings each release (any public spread) to the plan's L2
     sensitivity, the one ``dpql verify`` checks."""
     reqs = (CORR, MEAN)
-    plan = _plan(reqs) if split else SimpleNamespace(measures=expand_requirements(reqs, DOMAIN))
-    planned = plan.measures
-    new_reqs, m = recentre(reqs, planned, _skewed(N, seed=4))
-    assert [r.share for r in m.releases] == [r.share for r in planned.releases]
+    before = planned(reqs, 0.5, N).measures if split else expand_requirements(reqs, DOMAIN)
+    new_reqs, m = recentre(reqs, before, _skewed(N, seed=4))
+    assert [r.share for r in m.releases] == [r.share for r in before.releases]
     assert sum((r.share for r in m.releases), Fraction(0)) == 1
     assert all(any(k in r.cells for r in m.releases) for k in range(len(m.queries)))
     corr = new_reqs[0]
@@ -154,9 +138,9 @@ def test_recentring_keeps_the_plans_releases_and_sensitivities(split: bool) -> N
         assert any(set(cells) <= set(rel.cells) for rel in m.releases), r
     rng = np.random.default_rng(0)
     scales = [rng.uniform(0.2, 2.0, len(r.cells)) for r in m.releases]
-    kept = keep_planned_l2(planned, m, scales, N)
-    for old, new, c in zip(planned.releases, m.releases, kept, strict=True):
-        want = joint_l2_sensitivity([planned.queries[k] for k in old.cells], N)
+    kept = keep_planned_l2(before, m, scales, N)
+    for old, new, c in zip(before.releases, m.releases, kept, strict=True):
+        want = joint_l2_sensitivity([before.queries[k] for k in old.cells], N)
         got = joint_l2_sensitivity([m.queries[k] for k in new.cells], N, c.tolist())
         assert got == pytest.approx(want, rel=1e-12)
 
@@ -171,20 +155,19 @@ def _workload(table: EncodedTable, sd: float, seed: int = 5) -> list[tuple]:
             for q, a in zip(qs, answer_all(qs, table), strict=True)]  # fmt: skip
 
 
-def test_the_value_pull_brings_each_value_to_its_noisy_one() -> None:
+def test_the_value_pull_brings_each_value_to_its_noisy_one(monkeypatch) -> None:
     """With the synthesizer's precise workload answers holding the table's marginals, the
     projection leaves a corr's variances (a mean's condition count) near them rather than at
     their noisier requirement measures, so without the value pull the values end up short of
     the noisy ones the verdicts compare with; with it (``VALUE_PULL``) each lands within a
     tenth of its noise sd on every draw, on the reweighted table (resampling apart)."""
+    # the pull itself: no requirement counted as met with room (the next test covers that rule)
+    monkeypatch.setattr(run, "already_met", lambda *a: frozenset())
     n = 20_000
     real, syn = _skewed(n, seed=1), _skewed(n, seed=2)  # one population, two samples
     reqs = (CORR, MEAN)
-    m = expand_requirements(reqs, DOMAIN)
-    rho = 0.002  # noisy requirement measures against a workload of sd 0.001
-    split = choose_split(reqs, m, rho=rho, n=n, domain=DOMAIN, share=0.5)
-    plan = SimpleNamespace(measures=with_releases(m, split), requirements=reqs,
-                           phase_rho={"iproj.measure": 0.5 * rho})  # fmt: skip
+    # noisy requirement measures (rho 0.002) against a workload of sd 0.001
+    plan = planned(reqs, 0.002, n, share=0.5)
     gaps: dict[bool, list[float]] = {True: [], False: []}  # |reweighted - noisy| / sd
     for pull in (False, True):
         old = run.VALUE_PULL
@@ -204,3 +187,47 @@ def test_the_value_pull_brings_each_value_to_its_noisy_one() -> None:
     # seen: at most 0.03 sd with the pull, up to 0.32 without
     assert max(gaps[True]) < 0.1 < max(gaps[False]), gaps
     assert np.mean(gaps[True]) < 0.5 * np.mean(gaps[False])
+
+
+def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
+    """``already_met``: where the table's own value lies within half the spare tolerance,
+    ``(t - 2 sd) / 2``, of the noisy one, the synthesizer's value may be nearer the real one
+    than the noisy value is, so that requirement's measures keep the plain MAP weight and its
+    value is held at the table's own; so where the noise leaves no room for a pass (``2 sd >=
+    t``): moving the table onto the noisy value would buy no verdict and could make it worse.
+    A value outside the room of a passable test is pulled to the noisy one."""
+    t = _skewed(20_000, seed=6)
+    reqs = tuple(centred_requirement(r, t) for r in (CORR, MEAN))
+    m = expand_requirements(reqs, DOMAIN)
+    exact = np.concatenate(answer_all(m.queries, t))
+    sigma = np.full(exact.size, 1e-4)
+    # the table's moments equal the noisy answers: both met, nothing pulled
+    met = run.already_met(m, reqs, exact, sigma, DOMAIN, exact)
+    assert met == {0, 1}
+    held = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met, exact)
+    assert held is not None and np.allclose(held.target, held.weights.T @ exact)
+    assert set(run.moment_pull(m, reqs, (), met)) == {1.0}
+    # the table's cross moment of age and hours well outside the corr's room (t = 0.1): the
+    # corr is pulled (its value and its measures), the mean (untouched moments) is not
+    shifted = exact.copy()
+    k = m.queries.index(next(q for q in m.queries
+                             if isinstance(q, CentredProduct) and not q.square))  # fmt: skip
+    shifted[k] += 0.02
+    met = run.already_met(m, reqs, exact, sigma, DOMAIN, shifted)
+    assert met == {1}
+    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met, shifted)
+    assert pulls is not None and pulls.weights.shape[1] == 2 and pulls.weights[k, 0] != 0
+    # the corr's target is its noisy value, the mean's the table's own (here the same)
+    assert np.allclose(pulls.target, pulls.weights.T @ exact)
+    # a table whose mean sits off the noisy one (within the room): held there, not at noisy
+    off = shifted.copy()
+    num = m.index[1][0]  # the mean's centred numerator
+    off[num] += 1e-4
+    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met, off)
+    assert pulls.target[1] > pulls.weights[:, 1] @ exact
+    pull = run.moment_pull(m, reqs, (), met)
+    assert set(pull[list(m.index[0])]) == {run.MOMENT_PULL}
+    assert set(pull[list(set(m.index[1]) - set(m.index[0]))]) == {1.0}
+    # noise beyond a pass (2 sd >= t for both): both held at the table's values, however far
+    loud = np.full(exact.size, 0.05)
+    assert run.already_met(m, reqs, exact, loud, DOMAIN, shifted) == {0, 1}

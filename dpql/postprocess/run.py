@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
 from dpql.plan.oracle import MeasurementOracle
 from dpql.postprocess.accept import ModelAcceptance, MomentAcceptance, acceptance_report
@@ -84,6 +85,10 @@ PILOT_MAX_SHARE = 0.75
 PILOT_PULL: float | None = None  # the pilots' factor on their ridge; None: MOMENT_PULL
 # Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
 # the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
+# Where the table already meets the requirement's test with room, or the noise leaves no room
+# for a pass (``already_met``), its measures keep the plain MAP weight and its value is held at
+# the table's own instead. (Holding also where less than an eighth of the tolerance is spare
+# was tried: it lost a corr pass on the example, 14 of 15 compiles; RESULTS.md, session 10.)
 VALUE_PULL: float | None = 0.002
 # The corr / mean measures centred at the synthetic table's means (``dpql.postprocess.centre``).
 CENTRE = True
@@ -128,29 +133,96 @@ def workload_errors(
 
 
 def moment_pull(
-    measures: Any, requirements: Sequence[Any], pilots: Sequence[int] = ()
+    measures: Any,
+    requirements: Sequence[Any],
+    pilots: Sequence[int] = (),
+    met: frozenset[int] = frozenset(),
 ) -> np.ndarray:
     """Each measure's factor on its ridge (``iproj.iproject(pull=...)``): ``MOMENT_PULL`` for a
-    measure of a corr / mean / count requirement and for a pilot accuracy (cells ``pilots``),
-    1 for the others (model moments). Public: it depends on the plan only."""
+    measure of a corr / mean / count requirement not in ``met`` (:func:`already_met`) and for a
+    pilot accuracy (cells ``pilots``), 1 for the others (model moments). Public: it depends on
+    the plan, and through ``met`` on DP outputs and the table."""
     from dpql.plan.ir import ModelRequirement
 
     pull = np.ones(len(measures.queries))
-    for req, cells in zip(requirements, measures.index, strict=True):
-        if not isinstance(req, ModelRequirement) and cells:
+    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
+        if not isinstance(req, ModelRequirement) and cells and i not in met:
             pull[list(cells)] = MOMENT_PULL
     if len(pilots):
         pull[list(pilots)] = MOMENT_PULL if PILOT_PULL is None else PILOT_PULL
     return pull
 
 
+def _keeps_table_value(req: Any, before: Any, noisy: Any, sigma: Any, d: Any) -> bool:
+    """Whether post-processing should hold a ``within`` requirement's value at the table's own:
+    the table already meets the test with room (its value within half the spare tolerance,
+    ``(t - Z sd) / 2``, of the noisy one), or the noise leaves no room for a pass (``Z sd >=
+    t``), where moving the table onto the noisy value would buy no verdict and could make the
+    table worse (sd by the delta method at the table's moments). Public: DP outputs and the
+    table."""
+    import math
+
+    from dpql.plan.acceptance import Z
+    from dpql.plan.requirements import requirement_value, value_sd
+
+    t = req.tolerance.within
+    if t is None:
+        return False
+    try:
+        v_before = requirement_value(req, before, d)
+        v_noisy = requirement_value(req, noisy, d)
+    except DiagnosticError:  # undefined on either side (a zero variance, no row)
+        return False
+    sd = value_sd(req, before, sigma, d)
+    if not math.isfinite(sd):
+        return False
+    spare = t - Z * sd
+    return spare <= 0 or abs(v_before - v_noisy) <= spare / 2
+
+
+def already_met(
+    measures: Any,
+    requirements: Sequence[Any],
+    noisy: np.ndarray,
+    sigma: np.ndarray,
+    domain: Any,
+    before: np.ndarray,
+) -> frozenset[int]:
+    """The corr / mean requirements (their indices) whose value post-processing holds at the
+    table's own (:func:`_keeps_table_value`; ``before`` the table's measures, public): the
+    table already meets the test with room, or the noise leaves none. Their measures keep the
+    plain MAP weight and :func:`value_pulls` holds their values: there the synthesizer's value
+    may be nearer the real one than the noisy value is."""
+    from dpql.plan.ir import ModelRequirement
+
+    at_before, at_noisy = measures.answer_map(before), measures.answer_map(noisy)
+    sigmas = dict(zip(measures.queries, np.asarray(sigma).tolist(), strict=True))
+    return frozenset(
+        i
+        for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True))
+        if not isinstance(req, ModelRequirement) and len(cells) >= 2
+        and _keeps_table_value(req, at_before, at_noisy, sigmas, domain)
+    )  # fmt: skip
+
+
 def value_pulls(
-    measures: Any, requirements: Sequence[Any], noisy: np.ndarray, sigma: np.ndarray, domain: Any
+    measures: Any,
+    requirements: Sequence[Any],
+    noisy: np.ndarray,
+    sigma: np.ndarray,
+    domain: Any,
+    met: frozenset[int] = frozenset(),
+    before: np.ndarray | None = None,
 ) -> Any:
     """The :class:`~dpql.postprocess.iproj.ValuePull` of every corr / mean requirement (a
     value of two or more measures), linearised at the ``noisy`` answers (DP outputs), or None
-    (``VALUE_PULL`` unset or no such requirement)."""
+    (``VALUE_PULL`` unset or no such requirement). Its target is the noisy value, except for a
+    requirement in ``met`` (:func:`already_met`; ``before``, the table's measures before
+    post-processing, required then): there it is the table's own value, which already passes
+    with room and may be nearer the real one, so the projection keeps it rather than letting
+    the other measures' moves carry it off."""
     from dpql.plan.ir import ModelRequirement
+    from dpql.plan.requirements import requirement_value
     from dpql.postprocess.allocation import value_gradient
     from dpql.postprocess.iproj import ValuePull
 
@@ -158,22 +230,30 @@ def value_pulls(
         return None
     answers = measures.answer_map(noisy)
     where = {q: k for k, q in enumerate(measures.queries)}
-    cols = []
-    for req, cells in zip(requirements, measures.index, strict=True):
+    cols, shift = [], []
+    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
         if isinstance(req, ModelRequirement) or len(cells) < 2:
             continue
         g = np.zeros(len(measures.queries))
         for q, d in value_gradient(req, answers, domain).items():
             g[where[q]] += d
-        if np.all(np.isfinite(g)) and np.any(g):
-            # on the measures' own scale (largest weight 1): the same penalty, but its KKT
-            # residual is comparable with theirs (a corr's weights reach 1 / (sd_a sd_b) ~ 40)
-            cols.append(g / np.max(np.abs(g)))
+        if not (np.all(np.isfinite(g)) and np.any(g)):
+            continue
+        # on the measures' own scale (largest weight 1): the same penalty, but its KKT residual
+        # is comparable with theirs (a corr's weights reach 1 / (sd_a sd_b) ~ 40)
+        scale = float(np.max(np.abs(g)))
+        offset = 0.0
+        if i in met:
+            assert before is not None
+            kept = requirement_value(req, measures.answer_map(before), domain)
+            offset = (kept - requirement_value(req, answers, domain)) / scale
+        cols.append(g / scale)
+        shift.append(offset)
     if not cols:
         return None
     W = np.stack(cols, axis=1)
     sd = np.sqrt((W**2 * (sigma**2)[:, None]).sum(axis=0))
-    return ValuePull(W, W.T @ noisy, sd, np.full(len(cols), VALUE_PULL))
+    return ValuePull(W, W.T @ noisy + np.asarray(shift), sd, np.full(len(cols), VALUE_PULL))
 
 
 def with_pilots(
@@ -313,8 +393,15 @@ def run_postprocess(
         else None
     )
     prior = (PRIOR_ROWS if penalty is None else PRIOR_ROWS_WITH_WORKLOAD) * table.n
+    met = (
+        already_met(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
+                    synthetic)
+        if penalty is not None
+        else frozenset()
+    )  # fmt: skip
     values = (
-        value_pulls(measures, requirements, measurement.noisy, measurement.sigma, table.domain)
+        value_pulls(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
+                    met, synthetic)
         if penalty is not None
         else None
     )  # fmt: skip
@@ -323,7 +410,7 @@ def run_postprocess(
         workload=penalty, values=values,
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
-        pull=moment_pull(measures, requirements, list(pilots)) if penalty is not None
+        pull=moment_pull(measures, requirements, list(pilots), met) if penalty is not None
         else 1.0,
     )  # fmt: skip
     tick(2)
