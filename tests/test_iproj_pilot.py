@@ -107,8 +107,8 @@ def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) ->
     oracle = ExactOracle(REAL, seed=21)
     seen = spy_recentre(monkeypatch)
     met_seen: list = []
-    already_met = run.already_met
-    monkeypatch.setattr(run, "already_met", lambda *a: met_seen.append(already_met(*a))
+    held_values = run.held_values
+    monkeypatch.setattr(run, "held_values", lambda *a: met_seen.append(held_values(*a))
                         or met_seen[-1])  # fmt: skip
     out = run.run_postprocess(plan, oracle, SYN, seed=0, workload=_workload(SYN))
     m = plan.measures
@@ -130,7 +130,7 @@ def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) ->
     assert summary["pull"][k] == run.MOMENT_PULL
     assert summary["measures"][k].startswith("model_accuracy(")
     # the logistic's own moments keep the plain weight; the corr's (some shared) are pulled
-    # unless the table already meets the corr with room (run.already_met)
+    # unless the table already meets the corr with room (run.held_values)
     i = measured.index
     assert {summary["pull"][c] for c in set(i[0]) - set(i[1])} == {1.0}
     assert {summary["pull"][c] for c in i[1]} == {1.0 if 1 in met else run.MOMENT_PULL}
@@ -143,7 +143,7 @@ def test_the_pilot_closes_the_accuracy_gap(draw: int, monkeypatch: pytest.Monkey
     and 0.050 after post-processing without the pilot: ``inconclusive`` / ``fail``), the pilot
     brings the table's accuracy to the real one (0.005 and 0.011: the model refitted on the
     released table is close to the pilot, not equal) and the test passes. With the corr's
-    measures centred (``run.CENTRE``) and the corr met with room here (``run.already_met``: its
+    measures centred (``dpql.postprocess.centre``) and the corr met with room here (``run.held_values``: its
     measures at the plain weight), the figures are 0.051 / 0.040 without the pilot and
     0.012 / 0.017 with it: a pass needs at most 0.03 (t - 2 sd of the test)."""
 

@@ -162,7 +162,7 @@ def test_the_value_pull_brings_each_value_to_its_noisy_one(monkeypatch) -> None:
     the noisy ones the verdicts compare with; with it (``VALUE_PULL``) each lands within a
     tenth of its noise sd on every draw, on the reweighted table (resampling apart)."""
     # the pull itself: no requirement counted as met with room (the next test covers that rule)
-    monkeypatch.setattr(run, "already_met", lambda *a: frozenset())
+    monkeypatch.setattr(run, "held_values", lambda *a: {})
     n = 20_000
     real, syn = _skewed(n, seed=1), _skewed(n, seed=2)  # one population, two samples
     reqs = (CORR, MEAN)
@@ -190,7 +190,7 @@ def test_the_value_pull_brings_each_value_to_its_noisy_one(monkeypatch) -> None:
 
 
 def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
-    """``already_met``: where the table's own value lies within half the spare tolerance,
+    """``held_values``: where the table's own value lies within half the spare tolerance,
     ``(t - 2 sd) / 2``, of the noisy one, the synthesizer's value may be nearer the real one
     than the noisy value is, so that requirement's measures keep the plain MAP weight and its
     value is held at the table's own; so where the noise leaves no room for a pass (``2 sd >=
@@ -202,9 +202,9 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     exact = np.concatenate(answer_all(m.queries, t))
     sigma = np.full(exact.size, 1e-4)
     # the table's moments equal the noisy answers: both met, nothing pulled
-    met = run.already_met(m, reqs, exact, sigma, DOMAIN, exact)
-    assert met == {0, 1}
-    held = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met, exact)
+    met = run.held_values(m, reqs, exact, sigma, DOMAIN, exact)
+    assert set(met) == {0, 1}
+    held = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met)
     assert held is not None and np.allclose(held.target, held.weights.T @ exact)
     assert set(run.moment_pull(m, reqs, (), met)) == {1.0}
     # the table's cross moment of age and hours well outside the corr's room (t = 0.1): the
@@ -213,9 +213,9 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     k = m.queries.index(next(q for q in m.queries
                              if isinstance(q, CentredProduct) and not q.square))  # fmt: skip
     shifted[k] += 0.02
-    met = run.already_met(m, reqs, exact, sigma, DOMAIN, shifted)
-    assert met == {1}
-    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met, shifted)
+    met = run.held_values(m, reqs, exact, sigma, DOMAIN, shifted)
+    assert set(met) == {1}
+    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met)
     assert pulls is not None and pulls.weights.shape[1] == 2 and pulls.weights[k, 0] != 0
     # the corr's target is its noisy value, the mean's the table's own (here the same)
     assert np.allclose(pulls.target, pulls.weights.T @ exact)
@@ -223,11 +223,12 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     off = shifted.copy()
     num = m.index[1][0]  # the mean's centred numerator
     off[num] += 1e-4
-    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met, off)
+    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN,
+                            run.held_values(m, reqs, exact, sigma, DOMAIN, off))  # fmt: skip
     assert pulls.target[1] > pulls.weights[:, 1] @ exact
     pull = run.moment_pull(m, reqs, (), met)
     assert set(pull[list(m.index[0])]) == {run.MOMENT_PULL}
     assert set(pull[list(set(m.index[1]) - set(m.index[0]))]) == {1.0}
     # noise beyond a pass (2 sd >= t for both): both held at the table's values, however far
     loud = np.full(exact.size, 0.05)
-    assert run.already_met(m, reqs, exact, loud, DOMAIN, shifted) == {0, 1}
+    assert set(run.held_values(m, reqs, exact, loud, DOMAIN, shifted)) == {0, 1}

@@ -83,8 +83,9 @@ class Measurement:
 class ValuePull:
     """Penalised linear combinations of the measures for ``iproject(values=...)``: column ``r`` of
     ``weights`` (K, R) is requirement r's value gradient in the measures at the noisy answers,
-    ``target[r] = weights[:, r] . noisy`` (so ``weights[:, r] . E_w f = target[r]`` is the
-    value equal to its noisy one, to first order), ``sigma[r]`` its delta-method sd and
+    ``target[r] = weights[:, r] . noisy`` plus the (scaled) shift to the value to keep (0: the
+    noisy one; ``dpql.postprocess.run.held_values``), so ``weights[:, r] . E_w f = target[r]``
+    is the value at that target to first order, ``sigma[r]`` its delta-method sd and
     ``pull[r]`` the factor on its ridge (``prior_rows * sigma^2 * pull``). Public: functions of
     DP outputs and the plan."""
 
@@ -565,10 +566,8 @@ def iproject(
             )
         )
     resid = sol.weights @ Fk - target - ridge * sol.lam
-    if Fk.shape[1] > K:  # the value pulls' columns are reported through the KKT check only
-        Fk, target, lam = Fk[:, :K], target[:K], sol.lam[:K]
-    else:
-        lam = sol.lam
+    # the value pulls' columns (after the K measures) count in the KKT check only
+    Fk, target, lam = Fk[:, :K], target[:K], sol.lam[:K]
     if penal is None:
         gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape)
         viol = _kkt(resid, sol.lam, gam)

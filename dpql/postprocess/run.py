@@ -3,8 +3,9 @@ the synthetic table toward them, resample, and run the DP acceptance tests."""
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -86,12 +87,10 @@ PILOT_PULL: float | None = None  # the pilots' factor on their ridge; None: MOME
 # Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
 # the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
 # Where the table already meets the requirement's test with room, or the noise leaves no room
-# for a pass (``already_met``), its measures keep the plain MAP weight and its value is held at
+# for a pass (``held_values``), its measures keep the plain MAP weight and its value is held at
 # the table's own instead. (Holding also where less than an eighth of the tolerance is spare
 # was tried: it lost a corr pass on the example, 14 of 15 compiles; RESULTS.md, session 10.)
 VALUE_PULL: float | None = 0.002
-# The corr / mean measures centred at the synthetic table's means (``dpql.postprocess.centre``).
-CENTRE = True
 
 
 def _measure_errors(res: IProjResult) -> dict[str, Any]:
@@ -136,73 +135,73 @@ def moment_pull(
     measures: Any,
     requirements: Sequence[Any],
     pilots: Sequence[int] = (),
-    met: frozenset[int] = frozenset(),
+    held: Collection[int] = (),
 ) -> np.ndarray:
     """Each measure's factor on its ridge (``iproj.iproject(pull=...)``): ``MOMENT_PULL`` for a
-    measure of a corr / mean / count requirement not in ``met`` (:func:`already_met`) and for a
-    pilot accuracy (cells ``pilots``), 1 for the others (model moments). Public: it depends on
-    the plan, and through ``met`` on DP outputs and the table."""
+    measure of a corr / mean / count requirement not in ``held`` (:func:`held_values`) and for
+    a pilot accuracy (cells ``pilots``), 1 for the others (model moments). Public: it depends on
+    the plan, and through ``held`` on DP outputs and the table."""
     from dpql.plan.ir import ModelRequirement
 
     pull = np.ones(len(measures.queries))
     for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
-        if not isinstance(req, ModelRequirement) and cells and i not in met:
+        if not isinstance(req, ModelRequirement) and cells and i not in held:
             pull[list(cells)] = MOMENT_PULL
     if len(pilots):
         pull[list(pilots)] = MOMENT_PULL if PILOT_PULL is None else PILOT_PULL
     return pull
 
 
-def _keeps_table_value(req: Any, before: Any, noisy: Any, sigma: Any, d: Any) -> bool:
-    """Whether post-processing should hold a ``within`` requirement's value at the table's own:
-    the table already meets the test with room (its value within half the spare tolerance,
-    ``(t - Z sd) / 2``, of the noisy one), or the noise leaves no room for a pass (``Z sd >=
-    t``), where moving the table onto the noisy value would buy no verdict and could make the
-    table worse (sd by the delta method at the table's moments). Public: DP outputs and the
-    table."""
-    import math
-
+def _held_shift(req: Any, before: Any, noisy: Any, sigma: Any, d: Any) -> float | None:
+    """``table value - noisy value`` of a ``within`` requirement whose value post-processing
+    should hold at the table's own, else None. Held: the table already meets the test with room
+    (its value within half the spare tolerance, ``(t - Z sd) / 2``, of the noisy one), or the
+    noise leaves no room for a pass (``Z sd >= t``), where moving the table onto the noisy value
+    would buy no verdict and could make the table worse (sd by the delta method at the table's
+    moments). Public: DP outputs and the table."""
     from dpql.plan.acceptance import Z
     from dpql.plan.requirements import requirement_value, value_sd
 
     t = req.tolerance.within
     if t is None:
-        return False
+        return None
     try:
-        v_before = requirement_value(req, before, d)
-        v_noisy = requirement_value(req, noisy, d)
+        shift = requirement_value(req, before, d) - requirement_value(req, noisy, d)
     except DiagnosticError:  # undefined on either side (a zero variance, no row)
-        return False
+        return None
     sd = value_sd(req, before, sigma, d)
     if not math.isfinite(sd):
-        return False
+        return None
     spare = t - Z * sd
-    return spare <= 0 or abs(v_before - v_noisy) <= spare / 2
+    return shift if spare <= 0 or abs(shift) <= spare / 2 else None
 
 
-def already_met(
+def held_values(
     measures: Any,
     requirements: Sequence[Any],
     noisy: np.ndarray,
     sigma: np.ndarray,
     domain: Any,
     before: np.ndarray,
-) -> frozenset[int]:
-    """The corr / mean requirements (their indices) whose value post-processing holds at the
-    table's own (:func:`_keeps_table_value`; ``before`` the table's measures, public): the
-    table already meets the test with room, or the noise leaves none. Their measures keep the
-    plain MAP weight and :func:`value_pulls` holds their values: there the synthesizer's value
-    may be nearer the real one than the noisy value is."""
+) -> dict[int, float]:
+    """The corr / mean requirements whose value post-processing holds at the table's own
+    (:func:`_held_shift`; ``before`` the table's measures, public): the table already meets the
+    test with room, or the noise leaves none. Maps each one's index to its table value minus
+    its noisy value. Their measures keep the plain MAP weight (:func:`moment_pull`) and
+    :func:`value_pulls` holds their values: there the synthesizer's value may be nearer the
+    real one than the noisy value is."""
     from dpql.plan.ir import ModelRequirement
 
     at_before, at_noisy = measures.answer_map(before), measures.answer_map(noisy)
     sigmas = dict(zip(measures.queries, np.asarray(sigma).tolist(), strict=True))
-    return frozenset(
-        i
-        for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True))
-        if not isinstance(req, ModelRequirement) and len(cells) >= 2
-        and _keeps_table_value(req, at_before, at_noisy, sigmas, domain)
-    )  # fmt: skip
+    out = {}
+    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
+        if isinstance(req, ModelRequirement) or len(cells) < 2:
+            continue
+        shift = _held_shift(req, at_before, at_noisy, sigmas, domain)
+        if shift is not None:
+            out[i] = shift
+    return out
 
 
 def value_pulls(
@@ -211,23 +210,21 @@ def value_pulls(
     noisy: np.ndarray,
     sigma: np.ndarray,
     domain: Any,
-    met: frozenset[int] = frozenset(),
-    before: np.ndarray | None = None,
+    held: Mapping[int, float] | None = None,
 ) -> Any:
     """The :class:`~dpql.postprocess.iproj.ValuePull` of every corr / mean requirement (a
     value of two or more measures), linearised at the ``noisy`` answers (DP outputs), or None
     (``VALUE_PULL`` unset or no such requirement). Its target is the noisy value, except for a
-    requirement in ``met`` (:func:`already_met`; ``before``, the table's measures before
-    post-processing, required then): there it is the table's own value, which already passes
-    with room and may be nearer the real one, so the projection keeps it rather than letting
-    the other measures' moves carry it off."""
+    requirement in ``held`` (:func:`held_values`): there it is the table's own value (the noisy
+    one plus the held shift), which already passes with room or cannot pass, so the projection
+    keeps it rather than letting the other measures' moves carry it off."""
     from dpql.plan.ir import ModelRequirement
-    from dpql.plan.requirements import requirement_value
     from dpql.postprocess.allocation import value_gradient
     from dpql.postprocess.iproj import ValuePull
 
     if VALUE_PULL is None:
         return None
+    held = held or {}
     answers = measures.answer_map(noisy)
     where = {q: k for k, q in enumerate(measures.queries)}
     cols, shift = [], []
@@ -242,13 +239,8 @@ def value_pulls(
         # on the measures' own scale (largest weight 1): the same penalty, but its KKT residual
         # is comparable with theirs (a corr's weights reach 1 / (sd_a sd_b) ~ 40)
         scale = float(np.max(np.abs(g)))
-        offset = 0.0
-        if i in met:
-            assert before is not None
-            kept = requirement_value(req, measures.answer_map(before), domain)
-            offset = (kept - requirement_value(req, answers, domain)) / scale
         cols.append(g / scale)
-        shift.append(offset)
+        shift.append(held.get(i, 0.0) / scale)
     if not cols:
         return None
     W = np.stack(cols, axis=1)
@@ -358,11 +350,8 @@ def run_postprocess(
     tick(0)
     spec = getattr(plan, "spec", None)
     n = oracle.n  # public (the spec's row count)
-    requirements, measures = (
-        recentre(plan.requirements, plan.measures, table)
-        if CENTRE
-        else (tuple(plan.requirements), plan.measures)
-    )
+    # the corr / mean measures centred at the synthetic table's means (dpql.postprocess.centre)
+    requirements, measures = recentre(plan.requirements, plan.measures, table)
     # the pilots are fitted on the synthetic table (public) and join their releases
     measures, pilots = with_pilots(measures, requirements, table, n, seed)
     with warnings.catch_warnings():
@@ -375,8 +364,8 @@ def run_postprocess(
     )
     if pilots:
         scales = pilot_scales(measures, scales, pilots, n)
-    if CENTRE:  # each release at the plan's L2 sensitivity, whatever its centres
-        scales = keep_planned_l2(plan.measures, measures, scales, n)
+    # each release at the plan's L2 sensitivity, whatever its centres
+    scales = keep_planned_l2(plan.measures, measures, scales, n)
     measurement = measure(
         measures.queries,
         oracle,
@@ -393,15 +382,15 @@ def run_postprocess(
         else None
     )
     prior = (PRIOR_ROWS if penalty is None else PRIOR_ROWS_WITH_WORKLOAD) * table.n
-    met = (
-        already_met(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
+    held = (
+        held_values(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
                     synthetic)
         if penalty is not None
-        else frozenset()
+        else {}
     )  # fmt: skip
     values = (
         value_pulls(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
-                    met, synthetic)
+                    held)
         if penalty is not None
         else None
     )  # fmt: skip
@@ -410,7 +399,7 @@ def run_postprocess(
         workload=penalty, values=values,
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
-        pull=moment_pull(measures, requirements, list(pilots), met) if penalty is not None
+        pull=moment_pull(measures, requirements, list(pilots), held) if penalty is not None
         else 1.0,
     )  # fmt: skip
     tick(2)
