@@ -185,7 +185,8 @@ MIXED = expand_requirements(
     [
         CorrRequirement("age", "hours", Tolerance(within=0.1)),
         MeanRequirement("hours", CatIn("sex", frozenset({0})), Tolerance(within=1.0)),
-        ModelRequirement("logistic", "income", ("age", "hours", "sex"), Tolerance(within=0.1)),
+        # measured by its moments (a `within` logistic: by its pilot alone)
+        ModelRequirement("logistic", "income", ("age", "hours", "sex"), Tolerance(op=">=", bound=0.6)),
     ],
     DOMAIN,
 ).queries

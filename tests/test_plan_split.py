@@ -159,6 +159,7 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
     from dpql.postprocess.allocation import allocation_scales
     from dpql.postprocess.centre import keep_planned_l2, recentre
     from dpql.postprocess.iproj import features
+    from dpql.postprocess.run import with_pilots
     from dpql.privacy.mechanisms import gaussian_sigma
 
     spec = load_spec(EXAMPLE)
@@ -168,6 +169,7 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
     real = pd.read_csv(EXAMPLE.parent / "adult_train.csv.gz")
     table = encode_frame(real[list(spec.domain.names)], spec.domain).table
     reqs, mc = recentre(plan.requirements, m, table)
+    mc, _ = with_pilots(mc, reqs, table)
     answers = mc.answer_map(np.nanmean(features(mc.queries, table), axis=0))
     scales = keep_planned_l2(m, mc, allocation_scales(mc, reqs, answers, spec.domain), n)
     precision = np.zeros(len(mc.queries))

@@ -193,7 +193,9 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
     from dpql.plan.ir import ModelRequirement
     from dpql.postprocess import run
 
-    logit = ModelRequirement("logistic", "income", ("age", "job"), TOL, weight=1.0)
+    # a bound: measured by its moments (a `within` logistic is measured by its pilot alone)
+    bound = Tolerance(op=">=", bound=0.6)
+    logit = ModelRequirement("logistic", "income", ("age", "job"), bound, weight=1.0)
     corr = CorrRequirement("age", "hours", TOL, weight=3.0)
 
     def plan_of(*reqs: object) -> SimpleNamespace:  # what run_postprocess reads of a plan

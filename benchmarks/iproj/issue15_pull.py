@@ -67,8 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     true_mean = float(real_df.loc[real_df["sex"] == "Female", "hours_per_week"].mean())
     print(json.dumps({"share": float(plan.split.share), "given": list(plan.split.given)}))
     defaults = {k: getattr(run, k) for k in ("MOMENT_PULL", "KEEP_WORKLOAD",
-                                             "PRIOR_ROWS_WITH_WORKLOAD", "PILOT",
-                                             "PILOT_PULL")}  # fmt: skip
+                                             "PRIOR_ROWS_WITH_WORKLOAD")}  # fmt: skip
     for setting in json.loads(args.settings):
         for k, v in setting.items():
             setattr(run, k, v)

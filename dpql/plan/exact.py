@@ -144,6 +144,8 @@ def design_matrix(features: Sequence[str], t: EncodedTable) -> np.ndarray:
 
 def model_scores(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
     """Per-row score in [0, 1] of a fixed linear model (accuracy or clipped squared error)."""
+    if not q.fitted:
+        raise ValueError("a pilot's model is fitted at compile time (dpql.postprocess.run)")
     z = design_matrix(q.features, t) @ np.asarray(q.coef, dtype=np.float64).T + np.asarray(
         q.intercept
     )

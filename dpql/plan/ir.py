@@ -317,7 +317,9 @@ class ModelAccuracy:
       the [0, 1] scale of a numeric ``label``.
 
     Added for ``dpql.postprocess.accept`` (additive to the IR); data engines may evaluate it through
-    :mod:`dpql.plan.exact`.
+    :mod:`dpql.plan.exact`. Without coefficients (``coef == ()``) it is a plan's stand-in for a
+    *pilot* (``dpql.plan.requirements.pilot_query``), fitted at compile time; it has the same
+    sensitivity but cannot be evaluated.
     """
 
     model: Literal["logistic", "linear"]
@@ -327,6 +329,11 @@ class ModelAccuracy:
     intercept: tuple[float, ...]
 
     kind = "model_accuracy"
+
+    @property
+    def fitted(self) -> bool:
+        """False for a plan's pilot stand-in (no coefficients yet)."""
+        return bool(self.coef)
 
     def cells(self, domain: Domain) -> int:
         return 1

@@ -30,7 +30,7 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   value, which compile's projection keeps to a fraction of an sd,
   ``dpql.postprocess.run.MOMENT_PULL`` and ``VALUE_PULL``), cheapest increment first, only while
   the chosen share stays at most ``ROOM_SHARE_CAP`` (1/8); the first room that does not fit whole
-  gets what is left under the cap (on the example the correlation's, +35% of its rho, after the
+  gets what is left under the cap (on the example the correlation's, +42% of its rho, after the
   mean's whole room): the room turns a decidable tolerance into a passable
   one, but it costs the synthesizer's workload (about 0.4-0.5% of 3-way TVD per 1% of the
   budget above 10% on Adult), and on the example the correlation's room alone would take the
@@ -55,18 +55,18 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
 * a model requirement's moments (no delta-method statistic: they only steer the projection):
   per-measure noise sd ``t / Z`` (``MODEL_BOUND_SD`` for a bound), i.e. every moment, a
   fraction in [0, 1], resolved to the tolerance itself: ``rho = Z^2 Delta^2 / (2 t^2)``.
-  A logistic ``within`` requirement (its test compares accuracies) also pays for its *pilot*
-  (:func:`pilot_sd`): compile fits the model on the synthetic table it post-processes (public),
-  measures that model's accuracy on the real table in the same release at sd ``PILOT_SD_FRACTION
-  t`` and projects the table onto it (``dpql.postprocess.run``, the pilot). The moments' terms
-  and the pilot's add: ``rho = (Delta^2 / s^2 + (1/n)^2 / s_pilot^2) / 2``; compile spreads the
-  release's noise in exactly that proportion (:func:`pilot_l2_share`), so the moments keep ``t /
-  Z`` and the pilot gets its sd. Why: the test's statistic is the gap between the model's
-  accuracy on the synthetic table and on the real one, and the moments (a degree-2 proxy of the
-  log-loss) do not pin that gap: over twelve RAP-only compiles of the example it was
-  0.0001-0.0258 (six above the 0.015 a pass needs at the test's sd), RAP's own fit, which the
-  projection left or made worse; with the pilot the logistic passed 12 / 12
-  (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)").
+  A logistic ``within`` requirement (its test compares accuracies) is measured by its *pilot*
+  alone (``dpql.plan.requirements.piloted``): compile fits the model on the synthetic table it
+  post-processes (public), measures that model's accuracy on the real table at sd
+  ``PILOT_SD_FRACTION t`` (:func:`pilot_sd`) and projects the table onto it
+  (``dpql.postprocess.run``): ``rho = (1/n)^2 / (2 s_pilot^2)``. Why: the test's statistic is
+  the gap between the model's accuracy on the synthetic table and on the real one, and the
+  moments (a degree-2 proxy of the log-loss) do not pin that gap: over twelve RAP-only compiles
+  of the example it was 0.0001-0.0258 (six above the 0.015 a pass needs at the test's sd), RAP's
+  own fit, which the projection left or made worse; with the pilot the logistic passed 12 / 12
+  (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)"). The moments were measured beside
+  the pilot at sd ``t / Z`` before: 57% of that release's rho (0.67% of the example's
+  budget) for a pull the workload answers already outweighed (RESULTS.md, "The pilot alone").
 * the tests: the largest rho any model requirement's test needs (bisection on its predicted sd,
   which also carries the label moments' noise for ``r2``).
 
@@ -103,7 +103,7 @@ from fractions import Fraction
 from dpql.domain import Domain
 from dpql.plan.acceptance import Z, acceptance_queries, predicted_sd, tested_metric
 from dpql.plan.ir import ModelRequirement, Requirement, joint_l2_sensitivity
-from dpql.plan.requirements import Release, RequirementMeasures, predicted_error
+from dpql.plan.requirements import Release, RequirementMeasures, piloted, predicted_error
 
 AUTO_SHARE_CAP = Fraction(1, 2)  # at most this share of the release goes to post-processing
 ACCEPT_SD_FRACTION = 0.125  # a test's sd at most t / 8 (its 2 sd band a quarter of t)
@@ -164,6 +164,11 @@ class PostSplit:
 
 
 def _model_target_sd(req: ModelRequirement) -> float:
+    """The planned noise sd of a model requirement's measures: its pilot's when it has one
+    (:func:`pilot_sd`), else ``t / Z`` per moment (``MODEL_BOUND_SD`` for a bound)."""
+    s = pilot_sd(req)
+    if s is not None:
+        return s
     t = req.tolerance.within
     return t / Z if t is not None else MODEL_BOUND_SD
 
@@ -175,30 +180,12 @@ def _test_target_sd(req: ModelRequirement) -> float:
 
 def pilot_sd(req: Requirement) -> float | None:
     """The planned noise sd of a requirement's pilot accuracy (module docstring): a logistic
-    requirement whose test compares accuracies within ``t`` gets ``PILOT_SD_FRACTION * t``;
-    None for every other requirement (no pilot)."""
-    if not isinstance(req, ModelRequirement) or req.model != "logistic":
+    requirement whose test compares accuracies within ``t`` (``requirements.piloted``) gets
+    ``PILOT_SD_FRACTION * t``; None for every other requirement (no pilot)."""
+    if not piloted(req):
         return None
-    t = req.tolerance.within
-    if t is None or tested_metric(req) != "accuracy":
-        return None
-    return PILOT_SD_FRACTION * t
-
-
-def pilot_l2_share(
-    req: Requirement, measures: RequirementMeasures, cells: Sequence[int], n: int
-) -> float:
-    """The share of its release's squared L2 sensitivity that compile gives the pilot (scale
-    ``c^2 (1/n)^2``, the moments' scales shrunk to keep the release's sensitivity): the share
-    at which the planned rho gives the moments ``t / Z`` and the pilot :func:`pilot_sd`; 0
-    without a pilot. Public: the plan's numbers only."""
-    s = pilot_sd(req)
-    if s is None or not cells or not isinstance(req, ModelRequirement):
-        return 0.0
-    l2 = joint_l2_sensitivity([measures.queries[c] for c in cells], n)
-    moments = (l2 / _model_target_sd(req)) ** 2
-    pilot = (1.0 / (n * s)) ** 2
-    return pilot / (moments + pilot)
+    assert isinstance(req, ModelRequirement) and req.tolerance.within is not None
+    return PILOT_SD_FRACTION * req.tolerance.within
 
 
 def requirement_need(
@@ -216,13 +203,8 @@ def requirement_need(
         return 0.0
     l2 = joint_l2_sensitivity([measures.queries[c] for c in cells], n)
     if isinstance(req, ModelRequirement):
-        s = _model_target_sd(req)
-        ratio = l2 / s
-        pilot = pilot_sd(req)
-        # the plan pays for the pilot on top of the moments (RESULTS.md "Issue 15 (fourth
-        # part)": paid from the moments' own budget, its noise came too close to the test's)
-        extra = 0.0 if pilot is None else (1.0 / (n * pilot)) ** 2
-        return NEED_MARGIN * (ratio * ratio + extra) / 2  # inf, not OverflowError
+        ratio = l2 / _model_target_sd(req)  # a pilot's l2 is 1/n
+        return NEED_MARGIN * ratio * ratio / 2  # inf, not OverflowError
     t = req.tolerance.within
     if t is None:
         return 0.0

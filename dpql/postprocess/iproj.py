@@ -272,7 +272,13 @@ def take(table: EncodedTable, idx: np.ndarray) -> EncodedTable:
     )
 
 
-def resample(table: EncodedTable, weights: np.ndarray, rows: int, seed: int) -> EncodedTable:
+def resample(
+    table: EncodedTable,
+    weights: np.ndarray,
+    rows: int,
+    seed: int,
+    keep: np.ndarray | None = None,
+) -> EncodedTable:
     """Draw ``rows`` rows with probabilities ``weights`` (paper sec. 3: same size as the input).
 
     Systematic resampling: one uniform offset ``u`` and the points ``(u + j) / rows`` on the
@@ -280,12 +286,75 @@ def resample(table: EncodedTable, weights: np.ndarray, rows: int, seed: int) -> 
     and ``rows w_i`` times in expectation, as with the paper's multinomial draw, but the
     released table's statistics vary less around the reweighted ones: the multinomial draw adds
     sampling noise of sd ``~ sqrt(w_i / rows)`` per row that the measurements never paid for.
-    The offset is post-processing randomness (``seed``, recorded), not DP noise.
+    ``keep`` (one row per table row, one column per statistic, on a common scale): the rounding
+    is then repaired so that those statistics' means over the drawn rows equal their weighted
+    means (:func:`balanced_counts`), every row still ``floor`` or ``ceil`` times. The offset
+    and the repair's choices are post-processing randomness (``seed``, recorded), not DP noise.
     """
-    u = np.random.default_rng(seed).random()
+    rng = np.random.default_rng(seed)
+    u = rng.random()
     cdf = np.cumsum(weights, dtype=np.float64)
     idx = np.searchsorted(cdf, (u + np.arange(rows)) / rows * cdf[-1], side="right")
-    return take(table, np.minimum(idx, table.n - 1))
+    idx = np.minimum(idx, table.n - 1)
+    if keep is not None and keep.shape[1]:
+        counts = np.bincount(idx, minlength=table.n)
+        expected = rows * np.asarray(weights, dtype=np.float64) / cdf[-1]
+        idx = np.repeat(np.arange(table.n), balanced_counts(counts, expected, keep, rng))
+    return take(table, idx)
+
+
+BALANCE_MOVES = 200  # most swaps of balanced_counts (a few dozen suffice on Adult)
+BALANCE_PROBES = 512  # rows rounded up tried per swap
+
+
+def balanced_counts(
+    counts: np.ndarray, expected: np.ndarray, keep: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """A controlled rounding of ``expected`` (sums to ``sum(counts)``) starting from ``counts``,
+    a floor / ceil rounding of it (systematic resampling's): greedy swaps, each moving one row
+    from ``ceil`` to ``floor`` and another from ``floor`` to ``ceil`` (so the total and the
+    floor / ceil property hold), chosen to shrink ``||counts @ keep - expected @ keep||_2``,
+    until no swap among the probes does (at most ``BALANCE_MOVES``). Each swap takes a random
+    sample of ``BALANCE_PROBES`` rows rounded up and, by a k-d tree over the rows rounded down,
+    the nearest partner to each; the best pair wins. ``keep`` rows of rows with zero weight are
+    never used (may be NaN)."""
+    from scipy.spatial import cKDTree
+
+    counts = counts.copy()
+    frac = expected - np.floor(expected)
+    live = (frac > 1e-12) & np.isfinite(keep).all(axis=1)
+    H = np.where(live[:, None], keep, 0.0)
+    err = counts @ H - expected @ H
+    # rows that may go up (now floor) and down (now ceil), fixed sets: a row moves at most once
+    up = np.flatnonzero(live & (counts == np.floor(expected)))
+    down = np.flatnonzero(live & (counts == np.floor(expected) + 1))
+    if up.size == 0 or down.size == 0:
+        return counts
+    avail = up  # rows that may still go up; the tree is rebuilt when its nearest are used
+    tree, used = cKDTree(H[avail]), np.zeros(avail.size, dtype=bool)
+    left = np.ones(down.size, dtype=bool)  # rows that may still go down
+    for _ in range(BALANCE_MOVES):
+        free = np.flatnonzero(left)
+        if free.size == 0 or not (~used).any():
+            break
+        probe = rng.choice(free, size=min(BALANCE_PROBES, free.size), replace=False)
+        # a swap adds H[i] - H[j]: best when H[i] = H[j] - err; its new error norm is the distance
+        dist, near = tree.query(H[down[probe]] - err, k=min(8, avail.size))
+        dist, near = dist.reshape(probe.size, -1), near.reshape(probe.size, -1)
+        dist = np.where(used[near], np.inf, dist)
+        if not np.isfinite(dist).any():  # every probe's nearest already moved: drop them
+            avail = avail[~used]
+            tree, used = cKDTree(H[avail]), np.zeros(avail.size, dtype=bool)
+            continue
+        r, col = np.unravel_index(int(np.argmin(dist)), dist.shape)
+        if dist[r, col] >= np.linalg.norm(err):
+            break
+        i, j = int(near[r, col]), int(probe[r])
+        counts[avail[i]] += 1
+        counts[down[j]] -= 1
+        err = err + H[avail[i]] - H[down[j]]
+        used[i], left[j] = True, False
+    return counts
 
 
 @dataclass(frozen=True, eq=False)
@@ -415,6 +484,7 @@ def iproject(
     workload: SparseQueries | None = None,
     pull: float | np.ndarray = 1.0,
     values: ValuePull | None = None,
+    keep: np.ndarray | None = None,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
 
@@ -438,7 +508,9 @@ def iproject(
     (``dpql.postprocess.run.MOMENT_PULL``). ``values`` (with ``prior_rows``): further penalised
     linear combinations of the measures (:class:`ValuePull`), each a requirement's value
     linearised at the noisy answers, so the table's *value* follows the noisy one even where
-    the workload holds the single moments it is made of.
+    the workload holds the single moments it is made of. ``keep`` (K, B): linear combinations
+    of the measures that the resampling keeps at their reweighted values (:func:`resample`),
+    each column on its own noise sd's scale.
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -598,7 +670,10 @@ def iproject(
     wk = sol.weights
     w = np.zeros(F.shape[0])
     w[ok] = wk
-    out = resample(table, w, rows if rows is not None else table.n, seed)
+    out = resample(
+        table, w, rows if rows is not None else table.n, seed,
+        keep=None if keep is None else F @ keep,
+    )  # fmt: skip
     nz = sol.weights[sol.weights > 0]
     after = features(measurement.queries, out).mean(axis=0)
     reweighted = wk @ Fk

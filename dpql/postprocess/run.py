@@ -71,19 +71,13 @@ PRIOR_ROWS_WITH_WORKLOAD = 0.1
 # The model requirements' many coarse moments keep the plain weight (their verdicts are the
 # models' own tests).
 MOMENT_PULL = 0.02
-# The pilot of a logistic `within` requirement (``dpql.plan.split.pilot_sd``): the model fitted
-# on the table being post-processed (public), its accuracy measured on the real table in the
-# requirement's own release (the plan pays for it; the release's noise is spread so that the
-# moments keep their planned sd, ``split.pilot_l2_share``), and pulled like a moment measure.
-# The test compares the final model's accuracy on the synthetic table with its accuracy on the
-# real one; the moments do not pin that gap (RAP's own, 0.0001-0.0258 on the example, and the
-# corr / mean pull raised it: RESULTS.md, "Issue 15 (fourth part)"), the pilot's measure does.
-# The pilots' share of a release's squared sensitivity is capped at PILOT_MAX_SHARE, a safeguard
-# for the moments (the plan's share is 0.43 on the example: the 54 moments at t / 2 = 0.01 and
-# the pilot at t / 8 = 0.0025).
-PILOT = True
-PILOT_MAX_SHARE = 0.75
-PILOT_PULL: float | None = None  # the pilots' factor on their ridge; None: MOMENT_PULL
+# The pilot of a logistic `within` requirement (``dpql.plan.requirements.piloted``): the model
+# fitted on the table being post-processed (public), its accuracy measured on the real table as
+# the requirement's only measure (the plan's stand-in replaced, ``with_pilots``), and pulled like
+# a moment measure. The test compares the final model's accuracy on the synthetic table with its
+# accuracy on the real one; the moments do not pin that gap (RAP's own, 0.0001-0.0258 on the
+# example, and the corr / mean pull raised it: RESULTS.md, "Issue 15 (fourth part)"), the
+# pilot's measure does.
 # Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
 # the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
 # Where the table already meets the requirement's test with room, or the noise leaves no room
@@ -148,7 +142,7 @@ def moment_pull(
         if not isinstance(req, ModelRequirement) and cells and i not in held:
             pull[list(cells)] = MOMENT_PULL
     if len(pilots):
-        pull[list(pilots)] = MOMENT_PULL if PILOT_PULL is None else PILOT_PULL
+        pull[list(pilots)] = MOMENT_PULL
     return pull
 
 
@@ -248,80 +242,73 @@ def value_pulls(
     return ValuePull(W, W.T @ noisy + np.asarray(shift), sd, np.full(len(cols), VALUE_PULL))
 
 
+def kept_statistics(
+    measures: Any, requirements: Sequence[Any], sigma: np.ndarray, values: Any
+) -> np.ndarray:
+    """What the resampling keeps at its reweighted value (``iproj.iproject(keep=...)``), in
+    noise sds: each corr / mean value (the :class:`~dpql.postprocess.iproj.ValuePull` columns,
+    linearised) and every single-measure requirement's measure (a count, a pilot accuracy).
+    These are what the verdicts compare with the noisy values; on the example systematic
+    resampling alone moved the mean's value up to 0.156 hours (0.4 sd) from the reweighted one,
+    the kept rounding up to 0.020 (``benchmarks/iproj/issue15_rounding.py``). Public."""
+    from dpql.plan.ir import ModelRequirement
+    from dpql.plan.requirements import piloted
+
+    cols = [] if values is None else [values.weights[:, r] / values.sigma[r]
+                                      for r in range(values.weights.shape[1])]  # fmt: skip
+    for req, cells in zip(requirements, measures.index, strict=True):
+        if len(cells) == 1 and (piloted(req) or not isinstance(req, ModelRequirement)):
+            e = np.zeros(len(measures.queries))
+            e[cells[0]] = 1.0 / sigma[cells[0]]
+            cols.append(e)
+    return np.stack(cols, axis=1) if cols else np.zeros((len(measures.queries), 0))
+
+
 def with_pilots(
-    measures: Any, requirements: Sequence[Any], table: EncodedTable, n: int, seed: int = 0
-) -> tuple[Any, dict[int, float]]:
-    """``measures`` with each pilot (``PILOT``): for a requirement with ``split.pilot_sd``, the
-    accuracy query of its model fitted on ``table`` (public: the synthetic table) appended to
-    the queries, to the requirement's cells and to the release that holds them. Also returns
-    each pilot's cell and its share of that release's squared L2 sensitivity
-    (``split.pilot_l2_share``, from the plan's numbers)."""
+    measures: Any, requirements: Sequence[Any], table: EncodedTable, seed: int = 0
+) -> tuple[Any, tuple[int, ...]]:
+    """``measures`` with each pilot fitted: a requirement's plan-time stand-in
+    (``requirements.pilot_query``) replaced by the accuracy query of its model fitted on
+    ``table`` (public: the synthetic table), a query of the same sensitivity, so every release
+    keeps the plan's L2 sensitivity. Also returns the pilots' cells. A table without a usable
+    row (every feature or label missing) gets the constant predictor of the label's first value:
+    measured as planned, not pulled (not a pilot)."""
     from dataclasses import replace
 
-    from dpql.plan.requirements import Release, joint_release
-    from dpql.plan.split import pilot_l2_share, pilot_sd
+    from dpql.plan.ir import ModelAccuracy
     from dpql.postprocess.accept import finite_rows, fit_model
 
     queries = list(measures.queries)
-    index = [list(c) for c in measures.index]
-    releases = list(measures.releases) or [joint_release(len(queries))]
-    shares: dict[int, float] = {}
-    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
-        if not PILOT or pilot_sd(req) is None or not cells:
-            continue
-        g = next((g for g, r in enumerate(releases) if set(cells) <= set(r.cells)), None)
-        usable = finite_rows(table, (*req.features, req.label))
-        if g is None or usable.n == 0:
-            continue
-        k = len(queries)
-        queries.append(fit_model(req, usable, seed=seed))
-        index[i].append(k)
-        releases[g] = Release((*releases[g].cells, k), releases[g].share)
-        shares[k] = pilot_l2_share(req, measures, cells, n)
-    if not shares:
-        return measures, shares
-    out = replace(
-        measures,
-        queries=tuple(queries),
-        index=tuple(tuple(c) for c in index),
-        releases=tuple(releases),
+    pilots: list[int] = []
+    for req, cells in zip(requirements, measures.index, strict=True):
+        for k in cells:
+            q = queries[k]
+            if not isinstance(q, ModelAccuracy) or q.fitted:
+                continue
+            usable = finite_rows(table, (*req.features, req.label))
+            if usable.n:
+                queries[k] = fit_model(req, usable, seed=seed)
+                pilots.append(k)
+            else:
+                queries[k] = constant_model(q, table.domain)
+    if queries == list(measures.queries):
+        return measures, ()
+    return replace(measures, queries=tuple(queries)), tuple(pilots)
+
+
+def constant_model(q: Any, domain: Any) -> Any:
+    """A pilot stand-in ``q`` fitted to the constant predictor of the label's first value: zero
+    coefficients (design width as ``exact.design_matrix``), the other values never predicted."""
+    from dataclasses import replace
+
+    from dpql.domain import NumericColumn
+
+    width = sum(1 if isinstance(domain[f], NumericColumn) else domain.card(f) for f in q.features)
+    zeros = tuple(0.0 for _ in range(width))
+    card = domain.card(q.label)
+    return replace(
+        q, coef=(zeros,) * card, intercept=tuple(0.0 if c == 0 else -1e9 for c in range(card))
     )
-    return out, shares
-
-
-def pilot_scales(
-    measures: Any, scales: Sequence[np.ndarray], shares: dict[int, float], n: int
-) -> tuple[np.ndarray, ...]:
-    """``scales`` (one array per release of ``measures``) with each pilot cell's scale set to
-    its share of the release's squared L2 sensitivity and the other cells' scales shrunk by
-    one factor, so the release keeps the sensitivity the plan gave it: that of its other cells
-    (the plan's queries) at scale 1, which ``dpql verify`` checks. Public."""
-    from dpql.plan.ir import joint_l2_sensitivity
-
-    out = []
-    for rel, c in zip(measures.releases, scales, strict=True):
-        c = np.asarray(c, dtype=np.float64).copy()
-        mine = [j for j, k in enumerate(rel.cells) if k in shares]
-        if not mine:
-            out.append(c)
-            continue
-        rest = [j for j, k in enumerate(rel.cells) if k not in shares]
-        plan_l2 = joint_l2_sensitivity([measures.queries[rel.cells[j]] for j in rest], n)
-        have = joint_l2_sensitivity(
-            [measures.queries[rel.cells[j]] for j in rest], n, c[rest].tolist()
-        )
-        total = sum(shares[rel.cells[j]] for j in mine)
-        fit = min(1.0, PILOT_MAX_SHARE / total) if total > 0 else 0.0
-        for j in mine:
-            q = measures.queries[rel.cells[j]]
-            part = shares[rel.cells[j]] * fit
-            c[j] = max(np.sqrt(part) * plan_l2 / q.sensitivity(n).l2, 1e-6)
-        used = sum(shares[rel.cells[j]] * fit for j in mine)
-        c[rest] *= np.sqrt(1.0 - used) * plan_l2 / have
-        # the pilots' floor of 1e-6 aside (never hit by a positive share), the release's L2 is
-        # sqrt((1 - used) plan_l2^2 + used plan_l2^2) = plan_l2
-        out.append(c)
-    return tuple(out)
 
 
 def run_postprocess(
@@ -332,10 +319,10 @@ def run_postprocess(
     progress: Callable[[str, int, int], None] | None = None,
     workload: Sequence[tuple[Any, Any, float]] = (),
 ) -> PostprocessOutcome:
-    """The compile step after synthesis: measure the plan's requirement measures and each
-    logistic requirement's pilot accuracy (``with_pilots``; phase ``iproj.measure``, noise
-    spread over them by ``allocation.allocation_scales`` at the input table's moments and
-    ``pilot_scales``, each release at its planned rho and sensitivity), I-project (the
+    """The compile step after synthesis: measure the plan's requirement measures, each logistic
+    pilot fitted first (``with_pilots``; phase ``iproj.measure``, noise spread over them by
+    ``allocation.allocation_scales`` at the input table's moments, each release at its planned
+    rho and sensitivity), I-project (the
     synthesizer's measured ``workload`` answers kept as penalties, ``KEEP_WORKLOAD``; the moment
     requirements' measures and the pilots pulled harder, ``MOMENT_PULL``), resample (the
     external synthesizer's ``rows`` when set, else as many rows as the input), then the
@@ -352,8 +339,8 @@ def run_postprocess(
     n = oracle.n  # public (the spec's row count)
     # the corr / mean measures centred at the synthetic table's means (dpql.postprocess.centre)
     requirements, measures = recentre(plan.requirements, plan.measures, table)
-    # the pilots are fitted on the synthetic table (public) and join their releases
-    measures, pilots = with_pilots(measures, requirements, table, n, seed)
+    # the pilots are fitted on the synthetic table (public)
+    measures, pilots = with_pilots(measures, requirements, table, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
         synthetic = np.nanmean(features(measures.queries, table), axis=0)
@@ -362,8 +349,6 @@ def run_postprocess(
     scales = allocation_scales(
         measures, requirements, measures.answer_map(synthetic), table.domain
     )
-    if pilots:
-        scales = pilot_scales(measures, scales, pilots, n)
     # each release at the plan's L2 sensitivity, whatever its centres
     scales = keep_planned_l2(plan.measures, measures, scales, n)
     measurement = measure(
@@ -397,9 +382,10 @@ def run_postprocess(
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=ESS_FLOOR,
         workload=penalty, values=values,
+        keep=kept_statistics(measures, requirements, measurement.sigma, values),
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
-        pull=moment_pull(measures, requirements, list(pilots), held) if penalty is not None
+        pull=moment_pull(measures, requirements, pilots, held) if penalty is not None
         else 1.0,
     )  # fmt: skip
     tick(2)
