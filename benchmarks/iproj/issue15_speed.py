@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from dpql.data.load import load_table
 from dpql.plan.exact import answer_all
+from dpql.plan.ir import ModelRequirement, Tolerance
 from dpql.plan.planner import build_plan
+from dpql.plan.requirements import expand_requirements
 from dpql.postprocess import iproj
+from dpql.postprocess.run import with_pilots
 from dpql.spec.load import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adult"
@@ -29,7 +33,15 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "adult"
 def main() -> None:
     spec = load_spec(EXAMPLE / "adult.release.yaml")
     syn = load_table(EXAMPLE / "adult_train.csv.gz", spec.domain).table
-    queries = build_plan(spec).measures.queries  # the example's requirement measures
+    plan = build_plan(spec)
+    # the example's requirement measures, its pilot fitted on the table, plus the logistic's 54
+    # moments (measured by a model without a pilot, e.g. an accuracy bound): about 60 in all,
+    # the size
+    measures, _ = with_pilots(plan.measures, plan.requirements, syn)
+    logit = next(r for r in plan.requirements if isinstance(r, ModelRequirement))
+    bound = replace(logit, tolerance=Tolerance(op=">=", bound=0.8))
+    moments = expand_requirements([bound], spec.domain).queries
+    queries = tuple(dict.fromkeys((*measures.queries, *moments)))
     k = len(queries)
     print(f"load {os.getloadavg()[0]:.2f}; rows={syn.n} measures={k}")
     rng = np.random.default_rng(0)

@@ -373,15 +373,13 @@ def run_postprocess(
         if penalty is not None
         else {}
     )  # fmt: skip
-    values = (
-        value_pulls(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
-                    held)
-        if penalty is not None
-        else None
-    )  # fmt: skip
+    # the values, linearised: pulled where the workload answers hold the marginals, and kept by
+    # the resampling in every case
+    values = value_pulls(measures, requirements, measurement.noisy, measurement.sigma,
+                         table.domain, held)  # fmt: skip
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=ESS_FLOOR,
-        workload=penalty, values=values,
+        workload=penalty, values=values if penalty is not None else None,
         keep=kept_statistics(measures, requirements, measurement.sigma, values),
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
