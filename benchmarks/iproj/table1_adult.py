@@ -351,9 +351,12 @@ def run(
     corr = [CorrRequirement(x, y, Tolerance(within=0.05)) for x, y in pairs]
     paper_q = paper_moments(pairs, real.domain)
     dpql_m = expand_requirements(corr, real.domain)  # centred second moments
-    lr_top = ModelRequirement("logistic", LABEL, tuple(cols[1:]), Tolerance(within=0.02))
+    # an accuracy bound: the logistic measured by its moments (a `within` one is measured by its
+    # pilot alone, which this protocol, on iproj directly, does not fit)
+    moments = Tolerance(metric="accuracy", op=">=", bound=0.8)
+    lr_top = ModelRequirement("logistic", LABEL, tuple(cols[1:]), moments)
     assert set(expand_requirements([lr_top], real.domain).queries) == set(dpql_m.queries)
-    lr_spec = ModelRequirement("logistic", LABEL, LR_FEATURES, Tolerance(within=0.02))
+    lr_spec = ModelRequirement("logistic", LABEL, LR_FEATURES, moments)
     # dpql's requirement weights (spec/language.md sec. 5.3): `logistic(income ~ top-4) weight
     # 9` (the paper's measures) and the spec's logistic requirement `weight 1`, one release each.
     weighted = expand_requirements(
