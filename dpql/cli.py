@@ -194,8 +194,9 @@ def _split_text(plan: Any) -> str:
         how += "; split across requirements by their weights"
     def pilot(req: Any) -> str:
         sd = pilot_sd(req)
-        # compile adds the model's real-table accuracy to this release (dpql.postprocess.run)
-        return "" if sd is None else f", with its pilot accuracy at sd {sd:.2g}"
+        # the release measures the real-table accuracy of the model compile fits on the
+        # synthetic table, nothing else (dpql.plan.requirements.piloted)
+        return "" if sd is None else f": its pilot accuracy alone, at sd {sd:.2g}"
 
     parts = [
         f"{r.requirement.text}: rho {_fmt(g)} (needs {_fmt(need)}{pilot(r.requirement)})"
