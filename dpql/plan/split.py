@@ -118,8 +118,8 @@ NEED_MARGIN = 1.0 + 1e-9  # split_rho rounds each part down by a few ulps
 # (iproj.balanced_counts) the table's distance from the noisy value is small (up to 0.02 of the
 # mean's tolerance and 0.03 of the corr's on the example), but the sd itself moves: a mean's
 # exceeds the plan's where its condition is rarer than the planning prior says (0.41-0.42
-# against 0.375 there), and a corr's, the delta method at the noisy moments, reached 1.4 times
-# its usual value on one draw in 15 when only the need and a sliver of room were funded
+# against 0.375 there), and a corr's, the delta method at the noisy moments, reached 1.7 and
+# 1.3 times its usual value on two draws in 15 when only the need and a sliver of room were funded
 # (benchmarks/iproj/RESULTS.md, "The pilot alone and a rounding that keeps the values").
 PASS_ROOM = 0.25
 ROOM_SHARE_CAP = Fraction(1, 8)
