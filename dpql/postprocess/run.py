@@ -249,8 +249,8 @@ def kept_statistics(
     noise sds: each corr / mean value (the :class:`~dpql.postprocess.iproj.ValuePull` columns,
     linearised) and every single-measure requirement's measure (a count, a pilot accuracy).
     These are what the verdicts compare with the noisy values; on the example systematic
-    resampling alone moved the mean's value up to 0.156 hours (0.4 sd) from the reweighted one,
-    the kept rounding up to 0.020 (``benchmarks/iproj/issue15_rounding.py``). Public."""
+    resampling alone left the mean's value up to 0.121 hours (0.3 sd) from the noisy one, the
+    kept rounding up to 0.0084 (``benchmarks/iproj/issue15_rounding.py``). Public."""
     from dpql.plan.ir import ModelRequirement
     from dpql.plan.requirements import piloted
 
