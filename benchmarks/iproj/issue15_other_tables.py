@@ -7,8 +7,8 @@ calls reachable at epsilon 1) and ``postprocess: iproj``; compiled per seed, eac
 against the real table (curator-side, never published). One JSON row per compile: verdicts,
 |corr err|, |mean err|, ``|gap| + 2 sd`` of the corr and the mean, ESS.
 
-Usage: ``python benchmarks/iproj/issue15_other_tables.py [--seeds 0 1 2] [--tag NAME]`` (run it
-with ``PYTHONPATH=<other checkout>`` to compare trees).
+Usage: ``python benchmarks/iproj/issue15_other_tables.py [--seeds 0 1 2] [--tag NAME]
+[--tables randhie]`` (run it with ``PYTHONPATH=<other checkout>`` to compare trees).
 """
 
 from __future__ import annotations
@@ -41,6 +41,15 @@ TABLES = {
         "corr": ("priors_count", "decile_score"),
         "mean": ("decile_score", "race", "African-American"),
     },
+    "randhie": {
+        "requirements": [
+            "logistic(idp ~ lncoins + lpi + fmde + hlthg) within 0.02",
+            "corr(lpi, fmde) within 0.1",
+            "mean(disea | hlthg == 1) within 1.5",
+        ],
+        "corr": ("lpi", "fmde"),
+        "mean": ("disea", "hlthg", "1"),
+    },
 }
 
 
@@ -61,8 +70,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tag", default="")
+    ap.add_argument("--tables", nargs="+", default=list(TABLES), choices=list(TABLES))
     args = ap.parse_args()
-    for table, cfg in TABLES.items():
+    for table in args.tables:
+        cfg = TABLES[table]
         text = spec_text(table)
         df = pd.read_csv(re.search(r"path: (\S+\.csv)", text).group(1))
         real_corr = float(df[list(cfg["corr"])].corr().iloc[0, 1])
