@@ -95,6 +95,20 @@ class ValuePull:
     pull: np.ndarray
 
 
+@dataclass(frozen=True)
+class Anchors:
+    """Penalised per-row statistics for ``iproject(anchors=...)`` that are not measures:
+    ``rows`` (one row per table row, m columns) are public functions of each synthetic row,
+    whose weighted means the projection holds at ``target`` to about ``sigma`` (a
+    pseudo-observation with ridge ``prior_rows * sigma^2``) and the resampling keeps
+    (:func:`resample`). Compile anchors a pilot's score equations
+    (``dpql.postprocess.run.pilot_anchors``)."""
+
+    rows: np.ndarray
+    target: np.ndarray
+    sigma: np.ndarray
+
+
 def measure(
     queries: Sequence[Query],
     oracle: MeasurementOracle,
@@ -506,6 +520,7 @@ def iproject(
     pull: float | np.ndarray = 1.0,
     values: ValuePull | None = None,
     keep: np.ndarray | None = None,
+    anchors: Anchors | None = None,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
 
@@ -531,7 +546,8 @@ def iproject(
     linearised at the noisy answers, so the table's *value* follows the noisy one even where
     the workload holds the single moments it is made of. ``keep`` (K, B): linear combinations
     of the measures that the resampling keeps at their reweighted values (:func:`resample`),
-    each column on its own noise sd's scale.
+    each column on its own noise sd's scale. ``anchors`` (with ``prior_rows``): per-row
+    statistics held at their targets (:class:`Anchors`), penalised and kept like those.
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -591,6 +607,14 @@ def iproject(
         ridge = np.concatenate(
             [np.broadcast_to(ridge, (K,)), float(prior_rows) * values.sigma**2 * values.pull]
         )
+    anchored = anchors is not None and prior_rows is not None and anchors.rows.shape[1] > 0
+    if anchored:
+        assert anchors is not None and prior_rows is not None
+        ridge = np.concatenate(
+            [np.broadcast_to(ridge, (Fk.shape[1],)), float(prior_rows) * anchors.sigma**2]
+        )
+        Fk = np.hstack([Fk, anchors.rows[ok]])
+        target = np.concatenate([target, anchors.target])
     penal = workload.rows(ok) if workload is not None and prior_rows else None
     smooth_viol: dict[int, float] = {}  # id(solution) -> its largest gradient entry
 
@@ -659,7 +683,7 @@ def iproject(
             )
         )
     resid = sol.weights @ Fk - target - ridge * sol.lam
-    # the value pulls' columns (after the K measures) count in the KKT check only
+    # the value pulls' and anchors' columns (after the K measures) count in the KKT check only
     Fk, target, lam = Fk[:, :K], target[:K], sol.lam[:K]
     if penal is None:
         gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape)
@@ -691,9 +715,13 @@ def iproject(
     wk = sol.weights
     w = np.zeros(F.shape[0])
     w[ok] = wk
+    kept = [F @ keep] if keep is not None else []
+    if anchored:
+        assert anchors is not None
+        kept.append(anchors.rows / anchors.sigma)
     out = resample(
         table, w, rows if rows is not None else table.n, seed,
-        keep=None if keep is None else F @ keep,
+        keep=np.hstack(kept) if kept else None,
     )  # fmt: skip
     nz = sol.weights[sol.weights > 0]
     after = features(measurement.queries, out).mean(axis=0)

@@ -78,6 +78,9 @@ MOMENT_PULL = 0.02
 # accuracy on the real one; the moments do not pin that gap (RAP's own, 0.0001-0.0258 on the
 # example, and the corr / mean pull raised it: RESULTS.md, "Issue 15 (fourth part)"), the
 # pilot's measure does.
+# A pilot's score equations are held (``pilot_anchors``) to this fraction of their spread over
+# the rows: a pseudo-observation worth 1 / PILOT_ANCHOR_SD^2 rows, stiff against the prior.
+PILOT_ANCHOR_SD = 0.003
 # Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
 # the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
 # Where the table already meets the requirement's test with room, or the noise leaves no room
@@ -296,6 +299,45 @@ def with_pilots(
     return replace(measures, queries=tuple(queries)), tuple(pilots)
 
 
+def pilot_anchors(
+    measures: Any, pilots: Sequence[int], table: EncodedTable
+) -> Any:
+    """The score equations of each pilot's model on ``table`` (public), as
+    :class:`~dpql.postprocess.iproj.Anchors` held at their values on ``table``, or None without
+    a pilot. A logistic model fitted on a table solves ``mean_i (1{y_i = c} - p_c(x_i)) z_i =
+    (its penalty's gradient) / n`` for each class ``c`` and design row ``z = (x, 1)``; holding
+    those means where they were keeps the pilot the model a refit on the post-processed table
+    finds, to first order, so the test's model is the pilot whose accuracy post-processing
+    matched. Without them a large pilot move (0.1 of accuracy on randhie) left the refitted
+    model's gap about a tenth of it (``PILOT_ANCHOR_SD``; RESULTS.md, "The pilot alone").
+    Rows with a missing feature or label score 0 (the fit left them out)."""
+    from dpql.plan.exact import design_matrix
+    from dpql.postprocess.iproj import Anchors
+
+    cols = []
+    for k in pilots:
+        q = measures.queries[k]
+        X = design_matrix(q.features, table)
+        usable = np.isfinite(X).all(axis=1)
+        Z = np.hstack([np.where(usable[:, None], X, 0.0), np.ones((table.n, 1))])
+        W = np.hstack([np.asarray(q.coef), np.asarray(q.intercept)[:, None]])
+        logits = Z @ W.T
+        logits -= logits.max(axis=1, keepdims=True)
+        prob = np.exp(logits)
+        prob /= prob.sum(axis=1, keepdims=True)
+        y = table.codes[q.label]
+        present = np.flatnonzero(np.asarray(q.intercept) > -1e8)
+        for c in present[1:]:  # the first present class's residuals are minus the others' sum
+            resid = np.where(usable, (y == c) - prob[:, c], 0.0)
+            cols.append(resid[:, None] * Z)
+    if not cols:
+        return None
+    G = np.hstack(cols)
+    spread = G.std(axis=0)
+    G = G[:, spread > 0]
+    return Anchors(G, G.mean(axis=0), PILOT_ANCHOR_SD * spread[spread > 0])
+
+
 def constant_model(q: Any, domain: Any) -> Any:
     """A pilot stand-in ``q`` fitted to the constant predictor of the label's first value: zero
     coefficients (design width as ``exact.design_matrix``), the other values never predicted."""
@@ -381,6 +423,7 @@ def run_postprocess(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=ESS_FLOOR,
         workload=penalty, values=values if penalty is not None else None,
         keep=kept_statistics(measures, requirements, measurement.sigma, values),
+        anchors=pilot_anchors(measures, pilots, table),
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
         pull=moment_pull(measures, requirements, pilots, held) if penalty is not None
