@@ -89,7 +89,9 @@ def main() -> None:
                 rec = json.loads((Path(d) / "out" / f"{table}.provenance.json").read_text())
             _, corr, mean = rec["requirements"]
 
-            def margin(r: dict) -> float:
+            def margin(r: dict) -> float | None:  # None: undefined on the noisy answers
+                if r["real_noisy"] is None or r["sigma"] is None:
+                    return None
                 return abs(r["synthetic_after"] - r["real_noisy"]) + 2 * r["sigma"]
 
             print(json.dumps({
