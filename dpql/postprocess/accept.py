@@ -56,13 +56,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpql.diagnostics import DiagnosticError
-from dpql.domain import Domain, EncodedTable
+from dpql.domain import Domain, EncodedTable, NumericColumn
 from dpql.plan.acceptance import (
     ACCEPT_METRICS,
     PHASE,
@@ -157,6 +157,16 @@ def fit_model(req: ModelRequirement, table: EncodedTable, *, seed: int = 0) -> M
         tuple(tuple(float(v) for v in r) for r in W),
         tuple(float(v) for v in b),
     )
+
+
+def constant_model(q: ModelAccuracy, domain: Domain) -> ModelAccuracy:
+    """A pilot stand-in ``q`` fitted to the constant predictor of the label's first value: zero
+    coefficients (design width as ``exact.design_matrix``), the other values never predicted."""
+    width = sum(1 if isinstance(domain[f], NumericColumn) else domain.card(f) for f in q.features)
+    zeros = tuple(0.0 for _ in range(width))
+    card = domain.card(q.label)
+    intercept = tuple(0.0 if c == 0 else -1e9 for c in range(card))
+    return replace(q, coef=(zeros,) * card, intercept=intercept)
 
 
 def true_positive_query(q: ModelAccuracy) -> ModelAccuracy:

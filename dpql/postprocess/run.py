@@ -173,6 +173,18 @@ def _held_shift(req: Any, before: Any, noisy: Any, sigma: Any, d: Any) -> float 
     return shift if spare <= 0 or abs(shift) <= spare / 2 else None
 
 
+def _valued(measures: Any, requirements: Sequence[Any]) -> list[tuple[int, Any]]:
+    """``(index, requirement)`` of every corr / mean requirement: a value of two or more
+    measures (a count is one measure, a model's verdict its own test's)."""
+    from dpql.plan.ir import ModelRequirement
+
+    return [
+        (i, req)
+        for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True))
+        if not isinstance(req, ModelRequirement) and len(cells) >= 2
+    ]
+
+
 def held_values(
     measures: Any,
     requirements: Sequence[Any],
@@ -187,14 +199,10 @@ def held_values(
     its noisy value. Their measures keep the plain MAP weight (:func:`moment_pull`) and
     :func:`value_pulls` holds their values: there the synthesizer's value may be nearer the
     real one than the noisy value is."""
-    from dpql.plan.ir import ModelRequirement
-
     at_before, at_noisy = measures.answer_map(before), measures.answer_map(noisy)
     sigmas = dict(zip(measures.queries, np.asarray(sigma).tolist(), strict=True))
     out = {}
-    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
-        if isinstance(req, ModelRequirement) or len(cells) < 2:
-            continue
+    for i, req in _valued(measures, requirements):
         shift = _held_shift(req, at_before, at_noisy, sigmas, domain)
         if shift is not None:
             out[i] = shift
@@ -215,7 +223,6 @@ def value_pulls(
     requirement in ``held`` (:func:`held_values`): there it is the table's own value (the noisy
     one plus the held shift), which already passes with room or cannot pass, so the projection
     keeps it rather than letting the other measures' moves carry it off."""
-    from dpql.plan.ir import ModelRequirement
     from dpql.postprocess.allocation import value_gradient
     from dpql.postprocess.iproj import ValuePull
 
@@ -225,9 +232,7 @@ def value_pulls(
     answers = measures.answer_map(noisy)
     where = {q: k for k, q in enumerate(measures.queries)}
     cols, shift = [], []
-    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
-        if isinstance(req, ModelRequirement) or len(cells) < 2:
-            continue
+    for i, req in _valued(measures, requirements):
         g = np.zeros(len(measures.queries))
         for q, d in value_gradient(req, answers, domain).items():
             g[where[q]] += d
@@ -279,10 +284,11 @@ def with_pilots(
     from dataclasses import replace
 
     from dpql.plan.ir import ModelAccuracy
-    from dpql.postprocess.accept import finite_rows, fit_model
+    from dpql.postprocess.accept import constant_model, finite_rows, fit_model
 
     queries = list(measures.queries)
     pilots: list[int] = []
+    fitted = False
     for req, cells in zip(requirements, measures.index, strict=True):
         for k in cells:
             q = queries[k]
@@ -294,7 +300,8 @@ def with_pilots(
                 pilots.append(k)
             else:
                 queries[k] = constant_model(q, table.domain)
-    if queries == list(measures.queries):
+            fitted = True
+    if not fitted:
         return measures, ()
     return replace(measures, queries=tuple(queries)), tuple(pilots)
 
@@ -309,7 +316,8 @@ def pilot_anchors(
     those means where they were keeps the pilot the model a refit on the post-processed table
     finds, to first order, so the test's model is the pilot whose accuracy post-processing
     matched. Without them a large pilot move (0.1 of accuracy on randhie) left the refitted
-    model's gap about a tenth of it (``PILOT_ANCHOR_SD``; RESULTS.md, "The pilot alone").
+    model's gap about a tenth of it (``PILOT_ANCHOR_SD``; RESULTS.md, "Holding the pilot's score
+    equations").
     Rows with a missing feature or label score 0 (the fit left them out)."""
     from dpql.plan.exact import design_matrix
     from dpql.postprocess.iproj import Anchors
@@ -336,21 +344,6 @@ def pilot_anchors(
     spread = G.std(axis=0)
     G = G[:, spread > 0]
     return Anchors(G, G.mean(axis=0), PILOT_ANCHOR_SD * spread[spread > 0])
-
-
-def constant_model(q: Any, domain: Any) -> Any:
-    """A pilot stand-in ``q`` fitted to the constant predictor of the label's first value: zero
-    coefficients (design width as ``exact.design_matrix``), the other values never predicted."""
-    from dataclasses import replace
-
-    from dpql.domain import NumericColumn
-
-    width = sum(1 if isinstance(domain[f], NumericColumn) else domain.card(f) for f in q.features)
-    zeros = tuple(0.0 for _ in range(width))
-    card = domain.card(q.label)
-    return replace(
-        q, coef=(zeros,) * card, intercept=tuple(0.0 if c == 0 else -1e9 for c in range(card))
-    )
 
 
 def run_postprocess(
