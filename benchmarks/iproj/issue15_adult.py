@@ -13,7 +13,7 @@ Each table is scored against the *real* table (curator-side figures, never publi
 * dpql's verdicts, the post-processing ESS / shrink / W-codes and the record's workload error.
 
 Usage: ``python benchmarks/iproj/issue15_adult.py [--seeds 0 1 2] [--out results.json]
-[--share S --only-requirements]``.
+[--share S --only-requirements] [--epsilon E]``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,15 @@ LOGIT_X = ["age", "education_num", "hours_per_week", "sex", "marital_status"]
 
 
 SHARE: float | None = None  # --share: set postprocess.share (the spec lets the planner choose)
+EPSILON: float | None = None  # --epsilon: set privacy.epsilon (both compiles of a seed)
 PLANNED: dict = {}  # the last compile's post-processing split (dpql.plan.split), for the rows
 
 
 def _spec(tmp: Path, requirements: bool) -> Path:
     spec = yaml.safe_load((EXAMPLE / "adult.release.yaml").read_text())
     spec["data"]["path"] = str(EXAMPLE / spec["data"]["path"])
+    if EPSILON is not None:
+        spec["privacy"]["epsilon"] = EPSILON
     if SHARE is not None and "postprocess" in spec:
         spec["postprocess"]["share"] = SHARE
     if not requirements:
@@ -163,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--share", type=float, default=None, help="fix postprocess.share")
     ap.add_argument("--only-requirements", action="store_true", help="skip the baseline")
+    ap.add_argument("--epsilon", type=float, default=None, help="set privacy.epsilon")
     args = ap.parse_args(argv)
-    global SHARE
-    SHARE = args.share
+    global SHARE, EPSILON
+    SHARE, EPSILON = args.share, args.epsilon
     spec_path = EXAMPLE / "adult.release.yaml"
     spec = yaml.safe_load(spec_path.read_text())
     domain = load_spec(spec_path).domain
