@@ -103,10 +103,12 @@ def tvd_slope() -> tuple[float, float]:
     return a, float(np.std(y_ - a * s_))
 
 
-def frontier(rows: list[dict], shares: list[float], epsilon: float | None) -> list[dict]:
-    share0 = rows[0]["post_share"]
-    rho0 = planned_rho(share0)
-    a, scatter = tvd_slope()
+def frontier(
+    rows: list[dict], shares: list[float], epsilon: float | None, a: float, scatter: float
+) -> list[dict]:
+    """One line per share: each part's probability and the conjunction's, both readings.
+    ``a`` and ``scatter`` are :func:`tvd_slope`'s."""
+    rho0 = planned_rho(rows[0]["post_share"])
     out = []
     for s in shares:
         rho = planned_rho(s, epsilon)
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     a, scatter = tvd_slope()
     print(f"{len(rows)} compiles at share {rows[0]['post_share']}; TVD ratio 1 + {a:.3f} s, "
           f"per-compile scatter {scatter:.3f}")  # fmt: skip
-    lines = frontier(rows, args.shares, args.epsilon)
+    lines = frontier(rows, args.shares, args.epsilon, a, scatter)
     keys = list(lines[0])
     print(" | ".join(keys))
     for line in lines:
