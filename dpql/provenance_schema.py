@@ -208,7 +208,9 @@ def _defs() -> dict[str, Any]:
             "pull": _vector(
                 "Each measure's factor on its ridge in the projection (public): its penalty "
                 "weighs 1 / pull times more than the prior's (1: the plain MAP weight; "
-                "MOMENT_PULL for the corr / mean / count measures and the model pilots)."
+                "MOMENT_PULL for the corr / mean / count measures and the model pilots; "
+                "FREE_PULL, a negligible weight, for the measures of a requirement the table "
+                "already meets with room or cannot pass)."
             ),
             "workload": {
                 **_object(

@@ -84,10 +84,17 @@ PILOT_ANCHOR_SD = 0.003
 # Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
 # the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
 # Where the table already meets the requirement's test with room, or the noise leaves no room
-# for a pass (``held_values``), its measures keep the plain MAP weight and its value is held at
-# the table's own instead. (Holding also where less than an eighth of the tolerance is spare
-# was tried: it lost a corr pass on the example, 14 of 15 compiles; RESULTS.md, session 10.)
+# for a pass (``held_values``), its value is held at the table's own instead, and its measures
+# pull with FREE_PULL, i.e. not at all: moving the table there buys no verdict. (Holding also
+# where less than an eighth of the tolerance is spare was tried: it lost a corr pass on the
+# example, 14 of 15 compiles; RESULTS.md, session 10.)
 VALUE_PULL: float | None = 0.002
+# The ridge factor of a held requirement's measures: their penalties weigh a millionth of the
+# plain MAP weight. With the plain weight, an AIM table of randhie whose corr already passed
+# with room had its 3-way TVD raised from 0.031 to 0.040 by the corr's five moments alone
+# (their raw-value targets sit many noise sds from a table that decodes numeric values
+# uniformly within their bins; RESULTS.md, "Post-processing on the suite").
+FREE_PULL = 1e6
 
 
 def _measure_errors(res: IProjResult) -> dict[str, Any]:
@@ -133,19 +140,30 @@ def moment_pull(
     requirements: Sequence[Any],
     pilots: Sequence[int] = (),
     held: Collection[int] = (),
+    strong: bool = True,
 ) -> np.ndarray:
-    """Each measure's factor on its ridge (``iproj.iproject(pull=...)``): ``MOMENT_PULL`` for a
-    measure of a corr / mean / count requirement not in ``held`` (:func:`held_values`) and for
-    a pilot accuracy (cells ``pilots``), 1 for the others (model moments). Public: it depends on
-    the plan, and through ``held`` on DP outputs and the table."""
+    """Each measure's factor on its ridge (``iproj.iproject(pull=...)``): ``FREE_PULL`` for the
+    measures of a requirement in ``held`` (:func:`held_values`: nothing to gain for its verdict,
+    so post-processing leaves the table alone in those directions), ``MOMENT_PULL`` for the
+    other corr / mean / count measures and for a pilot accuracy (cells ``pilots``), 1 for model
+    moments; with ``strong`` false (no workload answers guard the marginals) 1 in place of
+    ``MOMENT_PULL``. A measure shared by several requirements takes, in this order of
+    precedence, a moment requirement's factor, a model's, a held requirement's. Public: it
+    depends on the plan, and through ``held`` on DP outputs and the table."""
     from dpql.plan.ir import ModelRequirement
 
     pull = np.ones(len(measures.queries))
-    for i, (req, cells) in enumerate(zip(requirements, measures.index, strict=True)):
-        if not isinstance(req, ModelRequirement) and cells and i not in held:
-            pull[list(cells)] = MOMENT_PULL
+    pairs = list(zip(requirements, measures.index, strict=True))
+    for i, (_, cells) in enumerate(pairs):
+        if i in held and cells:
+            pull[list(cells)] = FREE_PULL
+    # then the model moments' plain weight, then the moment measures' (a shared cell: theirs)
+    for model in (True, False):
+        for i, (req, cells) in enumerate(pairs):
+            if i not in held and cells and isinstance(req, ModelRequirement) == model:
+                pull[list(cells)] = MOMENT_PULL if strong and not model else 1.0
     if len(pilots):
-        pull[list(pilots)] = MOMENT_PULL
+        pull[list(pilots)] = MOMENT_PULL if strong else 1.0
     return pull
 
 
@@ -196,9 +214,9 @@ def held_values(
     """The corr / mean requirements whose value post-processing holds at the table's own
     (:func:`_held_shift`; ``before`` the table's measures, public): the table already meets the
     test with room, or the noise leaves none. Maps each one's index to its table value minus
-    its noisy value. Their measures keep the plain MAP weight (:func:`moment_pull`) and
+    its noisy value. Their measures do not pull (:func:`moment_pull`, ``FREE_PULL``) and
     :func:`value_pulls` holds their values: there the synthesizer's value may be nearer the
-    real one than the noisy value is."""
+    real one than the noisy value is, and moving the table buys no verdict."""
     at_before, at_noisy = measures.answer_map(before), measures.answer_map(noisy)
     sigmas = dict(zip(measures.queries, np.asarray(sigma).tolist(), strict=True))
     out = {}
@@ -216,10 +234,12 @@ def value_pulls(
     sigma: np.ndarray,
     domain: Any,
     held: Mapping[int, float] | None = None,
+    only_held: bool = False,
 ) -> Any:
     """The :class:`~dpql.postprocess.iproj.ValuePull` of every corr / mean requirement (a
-    value of two or more measures), linearised at the ``noisy`` answers (DP outputs), or None
-    (``VALUE_PULL`` unset or no such requirement). Its target is the noisy value, except for a
+    value of two or more measures; with ``only_held``, of those in ``held`` alone), linearised
+    at the ``noisy`` answers (DP outputs), or None (``VALUE_PULL`` unset or no such
+    requirement). Its target is the noisy value, except for a
     requirement in ``held`` (:func:`held_values`): there it is the table's own value (the noisy
     one plus the held shift), which already passes with room or cannot pass, so the projection
     keeps it rather than letting the other measures' moves carry it off."""
@@ -233,6 +253,8 @@ def value_pulls(
     where = {q: k for k, q in enumerate(measures.queries)}
     cols, shift = [], []
     for i, req in _valued(measures, requirements):
+        if only_held and i not in held:
+            continue
         g = np.zeros(len(measures.queries))
         for q, d in value_gradient(req, answers, domain).items():
             g[where[q]] += d
@@ -402,25 +424,25 @@ def run_postprocess(
         else None
     )
     prior = (PRIOR_ROWS if penalty is None else PRIOR_ROWS_WITH_WORKLOAD) * table.n
-    held = (
-        held_values(measures, requirements, measurement.noisy, measurement.sigma, table.domain,
-                    synthetic)
-        if penalty is not None
-        else {}
-    )  # fmt: skip
-    # the values, linearised: pulled where the workload answers hold the marginals, and kept by
-    # the resampling in every case
+    held = held_values(measures, requirements, measurement.noisy, measurement.sigma,
+                       table.domain, synthetic)  # fmt: skip
+    # the values, linearised: kept by the resampling in every case; pulled where the workload
+    # answers hold the marginals; on a table with nothing guarding them (an external one) only
+    # the held values are, at the table's own
     values = value_pulls(measures, requirements, measurement.noisy, measurement.sigma,
                          table.domain, held)  # fmt: skip
+    penalised = values if penalty is not None else value_pulls(
+        measures, requirements, measurement.noisy, measurement.sigma, table.domain, held,
+        only_held=True,
+    )  # fmt: skip
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=ESS_FLOOR,
-        workload=penalty, values=values if penalty is not None else None,
+        workload=penalty, values=penalised,
         keep=kept_statistics(measures, requirements, measurement.sigma, values),
         anchors=pilot_anchors(measures, pilots, table),
         # pulled harder only where the synthesizer's workload answers hold the marginals: a
         # table with nothing protecting them (an external one) keeps the plain MAP weight
-        pull=moment_pull(measures, requirements, pilots, held) if penalty is not None
-        else 1.0,
+        pull=moment_pull(measures, requirements, pilots, held, strong=penalty is not None),
     )  # fmt: skip
     tick(2)
     acceptance = acceptance_report(
