@@ -190,3 +190,22 @@ def test_the_pilot_closes_the_accuracy_gap(draw: int) -> None:
     assert after < 0.015 and after < 0.3 * before
     assert out.acceptance[0].verdict == "pass"
     assert out.iproj.ess > 0.9 * N
+    assert not [d for d in out.iproj.diagnostics if d.code == "W510"]
+
+
+def test_a_pilot_out_of_reach_is_reported_with_its_figures() -> None:
+    """A table whose label is close to noise (its model scores about 0.54 on it, 0.69 as the
+    noisy real accuracy) and nothing guarding its marginals (an external one, the plain MAP
+    weight): the pull moves the pilot part of the way and stops short of a pass. Compile says
+    so (``W510``, ``run.unreached``) with the figures: the pilot before, after and the noisy
+    real value; the verdict does not pass."""
+    syn = _sharp(make_table(N, seed=2), 0.1, seed=3)
+    plan = planned((LOGIT,), 0.5, N)
+    out = run.run_postprocess(plan, ExactOracle(REAL, seed=41), syn, seed=0, workload=None)
+    (w,) = [d for d in out.iproj.diagnostics if d.code == "W510"]
+    k = next(i for i, q in enumerate(out.iproj.queries) if isinstance(q, ModelAccuracy))
+    before, moved, noisy = (float(getattr(out.iproj, a)[k])
+                            for a in ("before", "reweighted", "noisy"))  # fmt: skip
+    assert before < moved < noisy - 0.02  # part of the way, not within reach
+    assert "'logit'" in w.message and f"{before:.4g}" in w.message and f"{noisy:.4g}" in w.message
+    assert out.acceptance[0].verdict != "pass"

@@ -187,3 +187,25 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
     assert Z * mean_sd <= (1 - PASS_ROOM / 2) * 1.0  # 0.87: its room is planned at 50% rows
     corr_plan = plan.requirement_plans[1]
     assert corr_sd <= corr_plan.predicted_sd <= 1.25 * corr_sd  # the plan errs on the safe side (1.16)
+
+
+def test_a_large_chosen_share_warns_what_the_synthesizer_loses(tmp_path: Path) -> None:
+    """W509: the planner's share above ``LARGE_POST_SHARE`` (tight tolerances at epsilon 1)
+    warns with the synthesizer's noise growth, at the ``postprocess`` key; the example's 12.5%
+    does not, nor a share the spec fixes."""
+    from dpql.plan.planner import LARGE_POST_SHARE
+
+    def w509(path: Path) -> list:
+        plan = build_plan(load_spec(path))
+        return [d for d in plan.warnings if d.code == "W509"], plan
+
+    tight = ("corr(age, hours_per_week) within 0.02",)
+    (warning,), plan = w509(_spec(tmp_path, *tight))
+    share = float(plan.split.share)
+    assert share > LARGE_POST_SHARE and plan.split.chosen
+    assert f"{share:.0%}" in warning.message
+    assert f"{1 / math.sqrt(1 - share):.2f}x" in warning.message
+    assert warning.severity == "warning" and warning.pos.line is not None
+    assert "postprocess.share" in (warning.hint or "")
+    assert w509(EXAMPLE)[0] == []
+    assert w509(_spec(tmp_path, *tight, share=0.4))[0] == []

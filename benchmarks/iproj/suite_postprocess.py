@@ -15,7 +15,9 @@ the spec's discretisation (``dpql.evaluate.workload.marginal_tvd``, as the suite
 error|`` and ``|mean error|`` of the requirements, before and after; verdicts and ESS after.
 
 Usage: ``python benchmarks/iproj/suite_postprocess.py [--tables ...] [--seeds 0 1]
-[--generators mst aim dpql] [--out rows.jsonl]`` (needs the ``bench`` extra: mbi).
+[--generators mst aim dpql] [--out rows.jsonl]`` (needs the ``bench`` extra: mbi). mbi compiles
+many small JAX programs and one process's memory grows with them: on 23 GB all five tables x 2
+seeds x 3 generators ran out at the last compile, so run a few tables per command.
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ def one(table, gen: str, seed: int, work: Path, evaluator, real) -> dict[str, An
     row["compile_s"] = round(seconds, 1)
     row["verdicts"] = [r["verdict"] for r in rec["requirements"]]
     row["ess"] = rec["postprocess"]["effective_sample_size"]
+    row["codes"] = [d["code"] for d in rec["postprocess"]["diagnostics"]]
     row["rows"] = table.rows
     return row
 

@@ -174,12 +174,25 @@ ENTRIES.warning(
     IPROJ,
 )
 ENTRIES.warning(
+    "W510",
+    "post-processing moved the table toward a requirement it could not bring within reach of "
+    "a pass",
+    COMPILE,
+    "dpql.postprocess.run",
+)
+ENTRIES.warning(
     "W506",
     "a tolerance the budget cannot decide, or a bound no table meets",
     PLANS,
     ACCEPTANCE,
     details="a tolerance the budget cannot decide (the hint gives the smallest epsilon that can), "
     "or a bound no table meets",
+)
+ENTRIES.warning(
+    "W509",
+    "post-processing takes more than a quarter of the budget, at the synthesizer's expense",
+    PLANS,
+    "dpql.plan.planner",
 )
 ENTRIES.warning(
     "W507",
