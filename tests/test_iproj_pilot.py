@@ -102,14 +102,18 @@ def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) ->
     plan = _plan()
     oracle = ExactOracle(REAL, seed=21)
     seen = spy_recentre(monkeypatch)
-    met_seen: list = []
+    seen_held: dict = {}  # with_room -> the requirements held
     held_values = run.held_values
-    monkeypatch.setattr(run, "held_values", lambda *a: met_seen.append(held_values(*a))
-                        or met_seen[-1])  # fmt: skip
+
+    def spy(*a, with_room: bool = False):
+        seen_held[with_room] = held_values(*a, with_room=with_room)
+        return seen_held[with_room]
+
+    monkeypatch.setattr(run, "held_values", spy)
     out = run.run_postprocess(plan, oracle, SYN, seed=0, workload=_workload(SYN))
     m = plan.measures
     (_, measured), = seen
-    (met,) = met_seen
+    met, held = seen_held[True], seen_held[False]
     rhos = release_rhos(m.releases, plan.phase_rho["iproj.measure"])
     events = [e for e in oracle.ledger.events if e.phase == "iproj.measure"]
     assert len(events) == len(m.releases)
@@ -128,9 +132,9 @@ def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) ->
     assert summary["pull"][k] == run.MOMENT_PULL
     assert summary["measures"][k].startswith("model_accuracy(")
     # the corr's measures are pulled unless the table already meets it with room (then: free)
-    assert {summary["pull"][c] for c in measured.index[1]} == {
-        run.FREE_PULL if 1 in met else run.MOMENT_PULL
-    }
+    # or the noise leaves no room for a pass (then: the plain weight)
+    want = run.FREE_PULL if 1 in met else 1.0 if 1 in held else run.MOMENT_PULL
+    assert {summary["pull"][c] for c in measured.index[1]} == {want}
 
 
 def test_a_table_without_usable_rows_measures_the_constant_model() -> None:

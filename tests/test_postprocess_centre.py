@@ -162,7 +162,7 @@ def test_the_value_pull_brings_each_value_to_its_noisy_one(monkeypatch) -> None:
     the noisy ones the verdicts compare with; with it (``VALUE_PULL``) each lands within a
     tenth of its noise sd on every draw, on the reweighted table (resampling apart)."""
     # the pull itself: no requirement counted as met with room (the next test covers that rule)
-    monkeypatch.setattr(run, "held_values", lambda *a: {})
+    monkeypatch.setattr(run, "held_values", lambda *a, **k: {})
     n = 20_000
     real, syn = _skewed(n, seed=1), _skewed(n, seed=2)  # one population, two samples
     reqs = (CORR, MEAN)
@@ -195,8 +195,9 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     than the noisy value is, so that requirement's measures keep the plain MAP weight and its
     value is held at the table's own; so where the noise leaves no room for a pass (``2 sd >=
     t``): moving the table onto the noisy value would buy no verdict and could make it worse.
-    A held requirement's measures do not pull (``FREE_PULL``). A value outside the room of a
-    passable test is pulled to the noisy one."""
+    The measures of a requirement met with room do not pull (``FREE_PULL``); where the noise
+    leaves no room they keep the plain weight. A value outside the room of a passable test is
+    pulled to the noisy one."""
     t = _skewed(20_000, seed=6)
     reqs = tuple(centred_requirement(r, t) for r in (CORR, MEAN))
     m = expand_requirements(reqs, DOMAIN)
@@ -207,7 +208,8 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     assert set(met) == {0, 1}
     held = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met)
     assert held is not None and np.allclose(held.target, held.weights.T @ exact)
-    assert set(run.moment_pull(m, reqs, (), met)) == {run.FREE_PULL}
+    assert set(run.moment_pull(m, reqs, (), met, met=met)) == {run.FREE_PULL}
+    assert run.held_values(m, reqs, exact, sigma, DOMAIN, exact, with_room=True) == met
     # the table's cross moment of age and hours well outside the corr's room (t = 0.1): the
     # corr is pulled (its value and its measures), the mean (untouched moments) is not
     shifted = exact.copy()
@@ -227,12 +229,15 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN,
                             run.held_values(m, reqs, exact, sigma, DOMAIN, off))  # fmt: skip
     assert pulls.target[1] > pulls.weights[:, 1] @ exact
-    pull = run.moment_pull(m, reqs, (), met)
+    pull = run.moment_pull(m, reqs, (), met, met=met)
     assert set(pull[list(m.index[0])]) == {run.MOMENT_PULL}
     assert set(pull[list(set(m.index[1]) - set(m.index[0]))]) == {run.FREE_PULL}
     # noise beyond a pass (2 sd >= t for both): both held at the table's values, however far
     loud = np.full(exact.size, 0.05)
     assert set(run.held_values(m, reqs, exact, loud, DOMAIN, shifted)) == {0, 1}
+    # ... but not met with room: their measures keep the plain MAP weight, not free
+    assert run.held_values(m, reqs, exact, loud, DOMAIN, shifted, with_room=True) == {}
+    assert set(run.moment_pull(m, reqs, (), {0, 1}, met={})) == {1.0}
 
 
 def test_a_table_that_already_passes_is_left_alone(monkeypatch) -> None:
