@@ -210,7 +210,7 @@ def _defs() -> dict[str, Any]:
                 "weighs 1 / pull times more than the prior's (1: the plain MAP weight; "
                 "MOMENT_PULL for the corr / mean / count measures and the model pilots; "
                 "FREE_PULL, a negligible weight, for the measures of a requirement the table "
-                "already meets with room or cannot pass)."
+                "already meets with room)."
             ),
             "workload": {
                 **_object(

@@ -84,14 +84,14 @@ PILOT_ANCHOR_SD = 0.003
 # Each corr / mean requirement's *value* is pulled too (``iproj.ValuePull``): its gradient in
 # the measures at the noisy answers, a pseudo-observation with the value's delta-method sd.
 # Where the table already meets the requirement's test with room, or the noise leaves no room
-# for a pass (``held_values``), its value is held at the table's own instead, and its measures
-# pull with FREE_PULL, i.e. not at all: moving the table there buys no verdict. (Holding also
-# where less than an eighth of the tolerance is spare was tried: it lost a corr pass on the
-# example, 14 of 15 compiles; RESULTS.md, session 10.)
+# for a pass (``held_values``), its value is held at the table's own instead; where it is met
+# with room its measures pull with FREE_PULL, i.e. not at all: moving the table there buys no
+# verdict. (Holding also where less than an eighth of the tolerance is spare was tried: it
+# lost a corr pass on the example, 14 of 15 compiles; RESULTS.md, session 10.)
 VALUE_PULL: float | None = 0.002
-# The ridge factor of a held requirement's measures: their penalties weigh a millionth of the
-# plain MAP weight. With the plain weight, an AIM table of randhie whose corr already passed
-# with room had its 3-way TVD raised from 0.031 to 0.040 by the corr's five moments alone
+# The ridge factor of the measures of a requirement met with room: their penalties weigh a
+# millionth of the plain MAP weight. With the plain weight, an AIM table of randhie whose corr
+# already passed with room had its 3-way TVD raised from 0.031 to 0.040 by its five moments
 # (their raw-value targets sit many noise sds from a table that decodes numeric values
 # uniformly within their bins; RESULTS.md, "Post-processing on the suite").
 FREE_PULL = 1e6
