@@ -206,7 +206,7 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     # the table's moments equal the noisy answers: both met, nothing pulled
     met = run.held_values(m, reqs, exact, sigma, DOMAIN, exact)
     assert set(met) == {0, 1}
-    held = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met)
+    held = run.value_pulls(m, reqs, exact, sigma, DOMAIN, exact, met)
     assert held is not None and np.allclose(held.target, held.weights.T @ exact)
     assert set(run.moment_pull(m, reqs, (), met, met=met)) == {run.FREE_PULL}
     assert run.held_values(m, reqs, exact, sigma, DOMAIN, exact, with_room=True) == met
@@ -218,7 +218,7 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     shifted[k] += 0.02
     met = run.held_values(m, reqs, exact, sigma, DOMAIN, shifted)
     assert set(met) == {1}
-    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, met)
+    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, shifted, met)
     assert pulls is not None and pulls.weights.shape[1] == 2 and pulls.weights[k, 0] != 0
     # the corr's target is its noisy value, the mean's the table's own (here the same)
     assert np.allclose(pulls.target, pulls.weights.T @ exact)
@@ -226,7 +226,7 @@ def test_a_value_met_with_room_or_beyond_a_pass_is_held_at_the_tables() -> None:
     off = shifted.copy()
     num = m.index[1][0]  # the mean's centred numerator
     off[num] += 1e-4
-    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN,
+    pulls = run.value_pulls(m, reqs, exact, sigma, DOMAIN, off,
                             run.held_values(m, reqs, exact, sigma, DOMAIN, off))  # fmt: skip
     assert pulls.target[1] > pulls.weights[:, 1] @ exact
     pull = run.moment_pull(m, reqs, (), met, met=met)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -243,9 +243,9 @@ def value_pulls(
     noisy: np.ndarray,
     sigma: np.ndarray,
     domain: Any,
-    held: Mapping[int, float] | None = None,
+    before: np.ndarray,
+    held: Collection[int] = (),
     only_held: bool = False,
-    before: np.ndarray | None = None,
 ) -> Any:
     """The :class:`~dpql.postprocess.iproj.ValuePull` of every corr / mean requirement (a
     value of two or more measures; with ``only_held``, of those in ``held`` alone), linearised
@@ -253,20 +253,19 @@ def value_pulls(
     requirement). Its target is the noisy value, except for a
     requirement in ``held`` (:func:`held_values`): there it is the table's own value, which
     already passes with room or cannot pass, so the projection keeps it rather than letting
-    the other measures' moves carry it off. With ``before`` (the table's measures) that is the
-    linearised value where the table is, ``g . before``, exactly; without, the noisy one plus
-    the held shift, which misses it by the linearisation's error: on a 1,000-row table, whose
-    noisy moments lie far from the table's, that stiff target moved the table and raised its
-    3-way TVD by up to 9% (``tests/test_iproj_small_table.py``)."""
+    the other measures' moves carry it off: the linearised value where the table is, ``g .
+    before`` (``before`` the table's measures), exactly. (The noisy value plus the held shift
+    misses it by the linearisation's error: on a 1,000-row table, whose noisy moments lie far
+    from the table's, that stiff target moved the table and raised its 3-way TVD by up to 9%,
+    ``tests/test_iproj_small_table.py``.)"""
     from dpql.postprocess.allocation import value_gradient
     from dpql.postprocess.iproj import ValuePull
 
     if VALUE_PULL is None:
         return None
-    held = held or {}
     answers = measures.answer_map(noisy)
     where = {q: k for k, q in enumerate(measures.queries)}
-    cols, shift, at_table = [], [], []
+    cols, at_table = [], []
     for i, req in _valued(measures, requirements):
         if only_held and i not in held:
             continue
@@ -279,15 +278,12 @@ def value_pulls(
         # is comparable with theirs (a corr's weights reach 1 / (sd_a sd_b) ~ 40)
         scale = float(np.max(np.abs(g)))
         cols.append(g / scale)
-        shift.append(held.get(i, 0.0) / scale)
-        at_table.append(i in held and before is not None)
+        at_table.append(i in held)
     if not cols:
         return None
     W = np.stack(cols, axis=1)
     sd = np.sqrt((W**2 * (sigma**2)[:, None]).sum(axis=0))
-    target = W.T @ noisy + np.asarray(shift)
-    if any(at_table):
-        target = np.where(at_table, W.T @ np.nan_to_num(before), target)
+    target = np.where(at_table, W.T @ np.nan_to_num(before), W.T @ noisy)
     return ValuePull(W, target, sd, np.full(len(cols), VALUE_PULL))
 
 
@@ -518,10 +514,10 @@ def run_postprocess(
     # answers hold the marginals; on a table with nothing guarding them (an external one) only
     # the held values are, at the table's own
     values = value_pulls(measures, requirements, measurement.noisy, measurement.sigma,
-                         table.domain, held, before=synthetic)  # fmt: skip
+                         table.domain, synthetic, held)  # fmt: skip
     penalised = values if penalty is not None else value_pulls(
-        measures, requirements, measurement.noisy, measurement.sigma, table.domain, held,
-        only_held=True, before=synthetic,
+        measures, requirements, measurement.noisy, measurement.sigma, table.domain, synthetic,
+        held, only_held=True,
     )  # fmt: skip
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=ESS_FLOOR,
