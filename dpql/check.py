@@ -84,13 +84,17 @@ _SLACK = 1e-12  # float round-off in sums of epsilons must not fail a release at
 
 @dataclass(frozen=True)
 class Violation:
-    """One failed policy rule: a stable code and a one-line message."""
+    """One failed policy rule: a stable code, a one-line message and how to fix it."""
 
     code: str
     message: str
+    hint: str | None = None
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"code": self.code, "message": self.message, "hint": self.hint}
 
 
 
@@ -364,28 +368,54 @@ def check_policy(
     if spend.epsilon > rules.max_epsilon + _SLACK:
         out.append(
             Violation(
-                "P001", f"epsilon {spend.epsilon:g} exceeds max_epsilon {rules.max_epsilon:g}"
+                "P001",
+                f"epsilon {spend.epsilon:g} exceeds max_epsilon {rules.max_epsilon:g}",
+                f"lower privacy.epsilon to at most {rules.max_epsilon:g} (dpql plan shows what "
+                "each requirement needs), or ask the policy's owner for a higher cap",
             )
         )
     if spend.delta > rules.max_delta:
         out.append(
-            Violation("P002", f"delta {spend.delta:g} exceeds max_delta {rules.max_delta:g}")
+            Violation(
+                "P002",
+                f"delta {spend.delta:g} exceeds max_delta {rules.max_delta:g}",
+                f"lower privacy.delta to at most {rules.max_delta:g}",
+            )
         )
     forbidden = {c.casefold() for c in rules.forbidden_columns}
     for name in spec.domain.names:
         if name.casefold() in forbidden:
-            out.append(Violation("P003", f"column '{name}' is forbidden by the policy"))
+            out.append(
+                Violation(
+                    "P003",
+                    f"column '{name}' is forbidden by the policy",
+                    f"remove '{name}' from the schema (its values are then never read)",
+                )
+            )
     methods = [("synthesizer", spec.model.synthesizer.method)]
     if spec.model.postprocess is not None:
         methods.append(("postprocess", spec.model.postprocess.method))
     for role, method in methods:
         if method not in rules.allowed_methods:
-            out.append(Violation("P004", f"{role} method '{method}' is not allowed by the policy"))
+            allowed = ", ".join(rules.allowed_methods) or "none"
+            out.append(
+                Violation(
+                    "P004",
+                    f"{role} method '{method}' is not allowed by the policy",
+                    f"use one of the policy's allowed_methods ({allowed}) as {role}.method"
+                    + (" (no method: means auto)" if method == "auto" else ""),
+                )
+            )
     if rules.require.public_bounds:
         out += _public_bounds(spec)
     if rules.require.delta_below_inverse_rows and spend.delta >= 1.0 / spec.rows:
         out.append(
-            Violation("P006", f"delta {spend.delta:g} is not below 1/rows = {1.0 / spec.rows:.3g}")
+            Violation(
+                "P006",
+                f"delta {spend.delta:g} is not below 1/rows = {1.0 / spec.rows:.3g}",
+                f"lower privacy.delta below {1.0 / spec.rows:.3g}, e.g. "
+                f"{_smaller_delta(spec.rows):g}",
+            )
         )
     budget = lifetime_report(policy, spend, ledger_path)
     if budget is not None:
@@ -397,9 +427,22 @@ def lifetime_violations(budget: LifetimeBudget) -> list[Violation]:
     """P007/P008 for a lifetime budget over its caps (empty list: within them)."""
     out = []
     if budget.exceeded:
-        out.append(Violation("P007", f"exceeded: {budget.describe()}"))
+        out.append(
+            Violation(
+                "P007",
+                f"exceeded: {budget.describe()}",
+                "lower privacy.epsilon, or release this data source no more: the lifetime cap "
+                "counts every earlier release in the ledger",
+            )
+        )
     if budget.delta_exceeded:
-        out.append(Violation("P008", f"delta exceeded: {budget.describe()}"))
+        out.append(
+            Violation(
+                "P008",
+                f"delta exceeded: {budget.describe()}",
+                "lower privacy.delta: the lifetime cap adds the deltas of every release",
+            )
+        )
     return out
 
 
@@ -415,5 +458,16 @@ def _public_bounds(spec: LoadedSpec) -> list[Violation]:
             ok = col.card > 0
             what = "a public list of values"
         if not ok:
-            out.append(Violation("P005", f"column '{col.name}' lacks {what}"))
+            out.append(
+                Violation(
+                    "P005",
+                    f"column '{col.name}' lacks {what}",
+                    "take the bounds or values from public documentation, never from the data",
+                )
+            )
     return out
+
+
+def _smaller_delta(rows: int) -> float:
+    """A power of ten well below ``1 / rows`` (a hint's example value)."""
+    return 10.0 ** math.floor(math.log10(1.0 / rows) - 1)

@@ -64,7 +64,8 @@ def _enforce_policy(
             v.code,
             f"compile refused by the policy: {v.message}",
             SourcePos(str(policy.path)),
-            (late if records is not None else "nothing was read or spent")
+            (f"{v.hint}; " if v.hint else "")
+            + (late if records is not None else "nothing was read or spent")
             + "; the lifetime total counts every ledger line (pending ones included)",
         )
         for v in violations

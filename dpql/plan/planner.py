@@ -27,7 +27,7 @@ always yields the same plan; it is not a DP seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +47,7 @@ from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
     release_rhos,
+    requirement_queries,
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
 from dpql.plan.resources import ResourceEstimate, estimate, resource_diagnostics
@@ -249,6 +250,21 @@ def _sigma_requirements(k: int, n: int, rho: float) -> float:
     return gaussian_sigma(math.sqrt(k) / n, rho) if k and rho > 0 else math.inf
 
 
+def _locate_requirement_errors(
+    requirements: tuple[Requirement, ...], domain: Any, positions: list[SourcePos | None]
+) -> None:
+    """Raise the errors of expanding each requirement into its measures (E501: a column it
+    cannot average or regress on), each at its requirement's line in the spec."""
+    found: list[Diagnostic] = []
+    for req, pos in zip(requirements, positions, strict=True):
+        try:
+            requirement_queries(req, domain)
+        except DiagnosticError as e:
+            found += [d if d.pos is not None else replace(d, pos=pos) for d in e.diagnostics]
+    if found:
+        raise DiagnosticError(found)
+
+
 def build_plan(spec: LoadedSpec) -> ReleasePlan:
     """Plan a release (passes 1-5 of the module docstring). Raises DiagnosticError."""
     model = spec.model
@@ -283,6 +299,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         pass
     sink.raise_if_errors()
     assert resolved is not None
+    _locate_requirement_errors(requirements, domain, [r.pos for r in spec.requirements])
     measures = expand_requirements(requirements, domain) if requirements else None
 
     budget = _checked_budget(spec)

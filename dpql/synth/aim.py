@@ -362,6 +362,9 @@ class AimBackend:
         return self.plan_with(ctx, ctx.spec.model.synthesizer.options)
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
+        from dpql.synth.graphical import import_mbi
+
+        import_mbi()
         from mbi import Domain, LinearMeasurement, junction_tree
 
         from dpql.domain import NULL_SCALED, EncodedTable, NumericColumn

@@ -30,9 +30,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
+
+#: What ``import mbi`` warns about JAX's configuration (float32, the persistent compilation
+#: cache): advice for mbi's own experiment sweeps, about settings dpql chooses on purpose.
+_MBI_IMPORT_WARNINGS = (
+    r"JAX is running in float32 mode",
+    r"JAX persistent compilation cache is enabled",
+)
+
+
+def import_mbi() -> ModuleType:
+    """``mbi``, imported without its two configuration warnings (every other warning, and
+    every warning outside this import, is left as it is). Call it before any ``from mbi
+    import``: the module's warnings are issued once, on its first import."""
+    with warnings.catch_warnings():
+        for message in _MBI_IMPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message, UserWarning, r"mbi(\.|$)")
+        import mbi
+    return mbi
 
 
 class IndependentModel:
@@ -62,6 +82,7 @@ def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     path falls back to a single loop over the product of every domain, minutes on Adult.)"""
     if isinstance(model, IndependentModel):
         return model.marginal(cl)
+    import_mbi()
     from mbi import junction_tree
 
     pot = model.potentials
@@ -114,6 +135,8 @@ def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
     smallest new clique containing it; zeros without ``warm``): the same distribution, as
     mbi's ``CliqueVector.expand``, in numpy."""
     import jax.numpy as jnp
+
+    import_mbi()
     from mbi import CliqueVector, Factor
     from mbi.clique_utils import reverse_clique_mapping
 
@@ -140,6 +163,8 @@ def _quick_start_class() -> type:
     """Defined lazily: ``plan`` imports neither mbi nor JAX."""
     import jax
     import jax.numpy as jnp
+
+    import_mbi()
     from mbi.estimation import MirrorDescent, MirrorDescentState
     from mbi.markov_random_field import MarkovRandomField
 
@@ -174,6 +199,7 @@ def sample_rows(model, rows: int, rng: np.random.Generator) -> dict[str, np.ndar
     """``rows`` records from ``model`` as codes per attribute: mbi's ``synthetic_data`` with
     randomized rounding (module doc). Each column's conditional comes from the model marginal
     of the column and its drawn neighbours in the junction tree."""
+    import_mbi()
     from mbi import junction_tree
 
     if isinstance(model, IndependentModel):
