@@ -268,33 +268,58 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     plan = build_plan(spec)
+    as_json = args.format == "json"
+    doc: dict[str, Any] = {"spec": str(args.spec), "policy": args.policy, "violations": []}
     if not args.policy:
+        if as_json:
+            return _emit({**doc, "ok": True, "notes": ["spec and plan valid; no policy given"]})
         out.print(f"{args.spec}: ok (spec and plan valid; no policy given)", markup=False)
         return EXIT_OK
     policy = load_policy(args.policy)
     result = check_policy(spec, policy, policy.ledger_path, plan.budget.epsilon)
     violations = getattr(result, "violations", result)
-    for v in violations:
-        print(f"{args.spec}: {v.code}: {v.message}")
     summary = getattr(result, "summary", None)
+    if as_json and violations:
+        return _emit(
+            {**doc, "ok": False, "violations": [_violation_json(v) for v in violations],
+             "summary": summary},
+            EXIT_INPUT,
+        )  # fmt: skip
+    for v in violations:
+        hint = getattr(v, "hint", None)
+        print(f"{args.spec}: {v.code}: {v.message}" + (f" (hint: {hint})" if hint else ""))
     if summary:
         print(summary)
     if violations:
         return EXIT_INPUT
     lifetime = lifetime_report(policy, planned_spend(spec, plan.budget.epsilon))
-    note = f"; {lifetime.describe()}" if lifetime is not None else ""
-    print(f"{args.spec}: ok (policy {args.policy}){note}")
+    notes = [lifetime.describe()] if lifetime is not None else []
     if lifetime is not None and policy.ledger_path is not None:
         from dpql.lifetime import read_ledger
 
         open_lines = [r for r in read_ledger(policy.ledger_path) if r.status != "committed"]
         if open_lines:
-            print(
-                f"{args.spec}: note: {len(open_lines)} line(s) of {policy.ledger_path} are "
-                "pending or abandoned (interrupted compiles; the next dpql compile on this "
-                "ledger completes pending ones); they count as spent"
+            notes.append(
+                f"{len(open_lines)} line(s) of {policy.ledger_path} are pending or abandoned "
+                "(interrupted compiles; the next dpql compile on this ledger completes pending "
+                "ones); they count as spent"
             )
+    if as_json:
+        return _emit({**doc, "ok": True, "summary": summary, "notes": notes})
+    print(f"{args.spec}: ok (policy {args.policy})" + (f"; {notes[0]}" if notes[:1] else ""))
+    for note in notes[1:]:
+        print(f"{args.spec}: note: {note}")
     return EXIT_OK
+
+
+def _violation_json(v: Any) -> dict[str, Any]:
+    return {"code": v.code, "message": v.message, "hint": getattr(v, "hint", None)}
+
+
+def _emit(doc: dict[str, Any], code: int = EXIT_OK) -> int:
+    """Print ``doc`` as the command's one JSON document on stdout; return ``code``."""
+    print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+    return code
 
 
 # ------------------------------------------------------------------------------------------
@@ -326,12 +351,47 @@ def cmd_compile(args: argparse.Namespace) -> int:
     finally:
         stop()
     try:
+        if args.format == "json":
+            return _emit(compiled_json(result))
         return _print_compiled(result)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the release was written and recorded: {result.table_path}, "
             f"{result.record_path}"
         ) from None
+
+
+_REQUIREMENT_KEYS = (
+    "requirement", "verdict", "metric", "real_noisy", "sigma", "synthetic_before",
+    "synthetic_after", "note",
+)  # fmt: skip
+
+
+def compiled_json(result: Any) -> dict[str, Any]:
+    """``dpql compile --format json``: the release's paths, spend, requirement verdicts,
+    post-processing warnings and quality headline (public values of the record and the
+    table; the stage timings are curator-only and stay out)."""
+    rec = result.record
+    post = rec.get("postprocess") or {}
+    quality = getattr(result, "quality", None)
+    return {
+        "ok": True,
+        "table": str(result.table_path),
+        "provenance": str(result.record_path),
+        "curator_only": None if result.curator_path is None else str(result.curator_path),
+        "rows": rec["output"]["rows"],
+        "method": rec["synthesizer"].get("method"),
+        "privacy": {
+            "spent": rec["privacy"]["spent"],
+            "budget": rec["privacy"]["budget"],
+            "events": len(rec["privacy"]["events"]),
+        },
+        "requirements": [
+            {k: r[k] for k in _REQUIREMENT_KEYS if k in r} for r in rec.get("requirements", [])
+        ],
+        "warnings": list(post.get("diagnostics", [])),
+        "quality": None if quality is None else quality.to_json(),
+    }
 
 
 def _print_compiled(result: Any) -> int:
@@ -381,6 +441,20 @@ def _print_compiled(result: Any) -> int:
             markup=False,
         )
     out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    quality = getattr(result, "quality", None)
+    if quality is not None:
+        out.print(quality.text(), markup=False, highlight=False, soft_wrap=True)
+        out.print(
+            "[dim]TVD: half the L1 distance of two distributions (0 identical, 1 disjoint). "
+            "dpql evaluate compares the table with the real data (curator-only report).[/]",
+            soft_wrap=True,
+        )
+    else:
+        out.print(
+            "[dim]quality: the synthesizer measured no 1-way marginal to compare with; "
+            "dpql evaluate compares the table with the real data (curator-only report).[/]",
+            soft_wrap=True,
+        )
     return EXIT_OK
 
 
@@ -394,12 +468,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     path = Path(args.record)
     synthetic = Path(args.synthetic) if args.synthetic else None
     result = verify_release(path, synthetic, Path(args.key) if args.key else None)
-    for p in result.problems:
-        print(f"{path}: {p.code}: {p.message}")
+    doc: dict[str, Any] = {
+        "record": str(path),
+        "ok": not result.problems,
+        "problems": [{"code": p.code, "message": p.message} for p in result.problems],
+        "notes": list(result.notes),
+    }
     if result.problems:
+        if args.format == "json":
+            return _emit(doc, EXIT_INPUT)
+        for p in result.problems:
+            print(f"{path}: {p.code}: {p.message}")
         return EXIT_INPUT
-    for note in result.notes:
-        print(f"{path}: note: {note}")
     record = result.record
     spent = record["privacy"]["spent"]
     checks = [
@@ -411,6 +491,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         checks.append("output hash matches")
     if result.signed_by:
         checks.append(f"signature valid (key sha256 {result.signed_by[:16]}...)")
+    if args.format == "json":
+        return _emit(
+            doc
+            | {
+                "spent": spent,
+                "events": len(record["privacy"]["events"]),
+                "checks": checks,
+                "signed_by": result.signed_by,
+            }
+        )
+    for note in result.notes:
+        print(f"{path}: note: {note}")
     print(f"{path}: ok ({'; '.join(checks)})")
     return EXIT_OK
 

@@ -42,6 +42,7 @@ from dpql.privacy.budget import BudgetExceeded
 from dpql.privacy.ledger import EPSILON_RTOL, Ledger
 from dpql.privacy.noise import NoiseSource, default_noise
 from dpql.progress import Progress
+from dpql.quality import QualityHeadline, compile_headline
 from dpql.spec.load import LoadedPolicy, LoadedSpec, load_policy, load_spec
 from dpql.synth.base import RunContext, backend
 
@@ -54,6 +55,9 @@ class CompileResult:
     record: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
     curator_path: Path | None = None
+    #: the released table against the synthesizer's noisy 1-way answers (post-processing of DP
+    #: outputs; :func:`dpql.quality.compile_headline`), None when it measured none
+    quality: QualityHeadline | None = None
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
@@ -226,8 +230,9 @@ def compile_release(
         raise
     _commit(spec, record, targets, staged, txid, ledger_file, policy, plan)
     return CompileResult(
-        plan, targets["table"], targets["record"], record, timings, targets["curator file"]
-    )
+        plan, targets["table"], targets["record"], record, timings, targets["curator file"],
+        compile_headline(table, synth.measurements),
+    )  # fmt: skip
 
 
 def _targets(spec: LoadedSpec) -> dict[str, Path]:
