@@ -1,4 +1,4 @@
-"""Command line: ``dpql plan | check | compile | verify | keygen | evaluate``.
+"""Command line: ``dpql init | plan | check | compile | verify | keygen | evaluate``.
 
 Exit codes: 0 success; 1 a problem in the user's input (spec, policy, data) or a failed check,
 reported as ``file:line:col: error[CODE]: message`` with a hint, never a traceback; 2 an internal
@@ -508,6 +508,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------
+# init
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from dpql.init import init_spec, todo_summary
+
+    path, draft = init_spec(args.data, args.output, args.codebook)
+    if args.format == "json":
+        return _emit(
+            {"ok": True, "spec": str(path), "format": draft.fmt, "columns": list(draft.columns),
+             "todos": draft.todos}
+        )  # fmt: skip
+    what = "Parquet schema" if draft.fmt == "parquet" else "CSV header (names only)"
+    print(f"wrote {path}: {todo_summary(draft.columns, draft.todos)}, from the {what}; "
+          "no cell of the data was read")  # fmt: skip
+    if draft.todos:
+        print(f"next: replace every TODO in {path} from public documentation (dpql plan "
+              f"{path} points at each one), then dpql plan / check / compile")  # fmt: skip
+    else:
+        print(f"next: dpql plan {path}, then dpql check and dpql compile")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
 # keygen
 
 
@@ -545,6 +569,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"dpql {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser(
+        "init", help="draft a release spec from a data file's header; reads no cell value"
+    )
+    s.add_argument("data", help="the data file (CSV, gzip CSV or Parquet)")
+    s.add_argument("--output", help="the draft's path (default: <data stem>.release.yaml beside "
+                   "the data); an existing file is never overwritten")  # fmt: skip
+    s.add_argument("--codebook", help="a public codebook (YAML or CSV, docs/init.md) that fills "
+                   "types, bounds and categories")  # fmt: skip
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_init)
 
     s = sub.add_parser("plan", help="show the plan and predicted error; never reads data")
     s.add_argument("spec")

@@ -97,6 +97,33 @@ ENTRIES.error(
     points="`ledger.jsonl:LINE`",
 )
 ENTRIES.error(
+    "E030",
+    "a TODO left in a draft spec of dpql init",
+    PLANS,
+    "dpql.spec.todo",
+    details="a value is still `TODO`, a blank `dpql init` left for the curator (the public row "
+    "count, a column's type, bounds or categories); the hint says what goes there",
+    points="the TODO",
+)
+ENTRIES.error(
+    "E031",
+    "dpql init cannot write the draft (the output exists, or cannot be written)",
+    ("init",),
+    "dpql.init",
+    details="`dpql init` cannot write the draft: the output path exists (it never overwrites a "
+    "file) or cannot be written",
+    points="the output file",
+)
+ENTRIES.error(
+    "E032",
+    "bad codebook for dpql init",
+    ("init",),
+    "dpql.init",
+    details="`dpql init --codebook`: the codebook cannot be read, is not of the documented "
+    "form (`docs/init.md`), or names a column the data file's header does not",
+    points="the codebook, or the entry",
+)
+ENTRIES.error(
     "E101",
     "number out of range (epsilon <= 0, delta outside (0, 1), rows <= 0, ...)",
     PLANS,

@@ -36,6 +36,7 @@ from dpql.spec.models import (
     Policy,
     ReleaseSpec,
 )
+from dpql.spec.todo import todo_diagnostics
 from dpql.spec.yamlpos import (
     MAX_DOCUMENT_CHARS,
     Located,
@@ -212,6 +213,9 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _load_spec_doc(doc: YamlDoc, path: str | os.PathLike[str]) -> LoadedSpec:
+    todos = todo_diagnostics(doc.data, doc)  # a draft of dpql init: say what is left to fill
+    if todos:
+        raise DiagnosticError(todos)
     spec = _validate(ReleaseSpec, doc)
     sink = DiagnosticSink()
     spec, found = expand_files(spec, doc, Path(path).resolve().parent)
