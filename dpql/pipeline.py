@@ -127,8 +127,9 @@ def _refused(spec: LoadedSpec, exc: BudgetExceeded) -> DiagnosticError:
 
 
 def compile_release(
-    spec_path: str | os.PathLike[str],
+    spec_path: str | os.PathLike[str] | LoadedSpec,
     *,
+    data: Any = None,
     seed: int | None = None,
     progress: Progress | None = None,
     noise: NoiseSource | None = None,
@@ -156,6 +157,11 @@ def compile_release(
     ``force`` (E614), and with ``policy_path`` the policy is enforced, lifetime caps included
     (P0xx). ``notify`` receives notes (interrupted releases recovered from the ledger).
 
+    ``spec_path`` is a spec file or an already loaded spec; ``data`` (a path, or a pandas
+    DataFrame held in memory, :mod:`dpql.data.frame`) replaces the spec's ``data.path``: the
+    same schema, public row count and rules apply, and its curator fingerprint is the file's,
+    or the frame's content hash.
+
     Stages: plan (no data) -> preflight -> open the private table -> the backend's ``run`` ->
     post-process -> re-check the spend -> commit (:func:`_commit`: staged files, pending
     ledger line, renames, committed; docs/architecture.md "Writing a release").
@@ -168,7 +174,7 @@ def compile_release(
     timings: dict[str, float] = {}
     clock = _Clock(timings)
     with clock("plan"):
-        spec = load_spec(spec_path)
+        spec = spec_path if isinstance(spec_path, LoadedSpec) else load_spec(spec_path)
         plan = build_plan(spec)
         policy = load_policy(policy_path) if policy_path is not None else None
         targets = _targets(spec)
@@ -184,9 +190,14 @@ def compile_release(
     try:
         with ExitStack() as stack:
             with clock("load"):
+                if progress is not None:  # loading a large file can take minutes
+                    progress("load data", 0, 1)
                 private = stack.enter_context(
-                    open_private(DataSource.from_spec(spec), ledger, noise)
+                    open_private(DataSource.from_spec(spec, data), ledger, noise)
                 )
+                if progress is not None:
+                    progress("load data", 1, 1)
+                    private.oracle.progress = progress
             _note_ignored_columns(private, notify)
             run = RunContext(spec, plan.queries, private, noise, ledger, seed, progress)
             with clock("synthesize"):
@@ -201,6 +212,10 @@ def compile_release(
                 requirements, postprocess = post.requirements_json(), post.summary_json()
             check_spent(ledger, plan.budget)  # fail closed: nothing is written over budget
             summary = private.curator_summary().to_json()
+            if private.source.frame is not None:
+                from dpql.data.frame import FRAME_FINGERPRINT
+
+                summary["fingerprint_of"] = FRAME_FINGERPRINT
     except BudgetExceeded as exc:
         raise _refused(spec, exc) from exc
     except KeyboardInterrupt:

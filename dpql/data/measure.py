@@ -29,7 +29,7 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,9 @@ class PrivateMeasurer:
         self._ledger = ledger
         self._noise = noise
         self._sums: dict[Query, np.ndarray] = {}
+        #: ``progress(phase, step, total)`` around each scan of the data for exact answers
+        #: (how many distinct queries a scan answers: public, from the plan)
+        self.progress: Callable[[str, int, int], None] | None = None
 
     @property
     def n(self) -> int:
@@ -95,8 +98,12 @@ class PrivateMeasurer:
         """Exact integer sums on each query's grid (engine answers, cached)."""
         todo = list(dict.fromkeys(q for q in queries if q not in self._sums))
         if todo:
+            if self.progress is not None:  # a scan of the data can take minutes (Spark)
+                self.progress("scan data", 0, len(todo))
             for q, s in zip(todo, self._engine.sums(todo), strict=True):
                 self._sums[q] = s
+            if self.progress is not None:
+                self.progress("scan data", len(todo), len(todo))
         return [self._sums[q] for q in queries]
 
     def _answers(self, queries: Sequence[Query]) -> list[np.ndarray]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ import pandas as pd
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
-from dpql.evaluate.report import PRIVATE_WARNING, build_report
+from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report
 
 if TYPE_CHECKING:
     from dpql.spec.load import LoadedSpec
@@ -59,35 +60,46 @@ def _read(path: Path) -> pd.DataFrame:
     return read_frame(path, data_format(path))
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    """Build and write the report; print where it is and its headline numbers. Exit 0.
-
-    Requirement failures are reported, not turned into an exit status: the report informs the
-    curator; acceptance checks belong to ``dpql compile``. Raises :class:`DiagnosticError`
-    (exit 1) for bad input, including a missing scikit-learn or matplotlib (E602).
-    """
+def make_report(
+    spec_path: str | os.PathLike[str],
+    synthetic: str | os.PathLike[str],
+    *,
+    holdout: str | os.PathLike[str] | None = None,
+    output: str | os.PathLike[str] | None = None,
+    label: str | None = None,
+    progress: bool | Callable[[str, int, int], None] = True,
+) -> tuple[EvaluationReport, Path]:
+    """Build and write the report (``dpql evaluate``); returns it and its ``index.html``.
+    ``progress``: True for bars on a terminal (plain lines otherwise) on stderr, a callable
+    ``progress(step, done, total)``, or False. Raises :class:`DiagnosticError` for bad input,
+    including a missing scikit-learn or matplotlib (E602)."""
     from dpql.data.load import read_frame, rules_from_spec
     from dpql.plan.planner import build_plan
     from dpql.progress import progress_bars
     from dpql.spec.load import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(spec_path)
     plan = build_plan(spec)
-    output = Path(args.output) if args.output else default_report_dir(spec, Path(args.synthetic))
+    out = Path(output) if output else default_report_dir(spec, Path(synthetic))
     missing, other = rules_from_spec(spec.model)
     real = read_frame(spec.data_path, spec.data_format)
-    synthetic = _read(Path(args.synthetic))
-    holdout = _read(Path(args.holdout)) if args.holdout else None
+    synthetic_df = _read(Path(synthetic))
+    holdout_df = _read(Path(holdout)) if holdout else None
     print(PRIVATE_WARNING, file=sys.stderr)
-    from rich.console import Console
+    if callable(progress):
+        update, stop = progress, lambda: None
+    elif progress:
+        from rich.console import Console
 
-    bars = sys.stderr.isatty()
-    update, stop = progress_bars(Console(stderr=True)) if bars else plain_progress()
+        bars = sys.stderr.isatty()
+        update, stop = progress_bars(Console(stderr=True)) if bars else plain_progress()
+    else:
+        update, stop = None, lambda: None
     try:
         report = build_report(
-            spec.domain, real, synthetic, plan.queries, plan.requirements,
-            holdout_df=holdout, label=args.label, output_dir=output, progress=update,
-            seed=plan.seed, missing=missing, other=other,
+            spec.domain, real, synthetic_df, plan.queries, plan.requirements,
+            holdout_df=holdout_df, label=label, output_dir=out, progress=update,
+            seed=plan.seed, missing=missing, other=other, method=plan.method,
         )  # fmt: skip
     except MissingExtraError as e:
         raise DiagnosticError(
@@ -95,10 +107,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
         ) from None
     finally:
         stop()
-    page = output / "index.html"
+    return report, out / "index.html"
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Build and write the report; print where it is and its headline numbers. Exit 0.
+
+    Requirement failures are reported, not turned into an exit status: the report informs the
+    curator; acceptance checks belong to ``dpql compile``. Raises :class:`DiagnosticError`
+    (exit 1) for bad input, including a missing scikit-learn or matplotlib (E602).
+    """
+    report, page = make_report(
+        args.spec, args.synthetic, holdout=args.holdout, output=args.output, label=args.label
+    )
     if args.format == "json":
         s = report.to_json()
-        keep = ("private", "warning", "rows", "label", "test_set", "requirements", "tstr")
+        keep = ("private", "warning", "rows", "label", "test_set", "requirements", "tstr",
+                "headline", "notes")  # fmt: skip
         summary = {k: s[k] for k in keep} | {
             "report": str(page),
             "workload": s["workload"]["classes"],
@@ -107,6 +132,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     print(f"report: {page} (PRIVATE: do not publish)")
+    if report.headline is not None:
+        print(f"  {report.headline.text()}")
     for c in report.workload:
         print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {c.mean:.4g}  max {c.max:.4g}")
     verdict = {True: "pass", False: "FAIL", None: "-"}
@@ -124,5 +151,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             f"{t.train_on_synthetic.accuracy:.3f}, AUC {t.train_on_real.auc:.3f} / "
             f"{t.train_on_synthetic.auc:.3f}"
         )
+    if not report.tstr:
+        print(f"  {report.notes[0]}")
     print(f"  correlation L1 difference {report.correlation_l1:.4g}")
     return 0

@@ -14,7 +14,8 @@ import os
 import re
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -166,6 +167,44 @@ def build_domain(spec: ReleaseSpec) -> Domain:
 def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     """Load and check a release spec; raise DiagnosticError with every problem found."""
     return _load_spec_doc(_read_yaml(path), path)
+
+
+def load_spec_with_overrides(
+    path: str | os.PathLike[str], overrides: Mapping[str, Any]
+) -> LoadedSpec:
+    """:func:`load_spec` with some values replaced: ``overrides`` maps a dotted key of the spec
+    (``"privacy.epsilon"``, ``"schema.age.max"``, ``"synthesizer.rows"``) or a top-level key
+    to its new value (a mapping value replaces the whole mapping). The spec is checked with the
+    overrides in place; its errors name the file and the overridden keys, without a line (the
+    checked text is not the file's). Relative paths still resolve against the file."""
+    file = os.fspath(path)
+    doc = _read_yaml(path)
+    data = json.loads(json.dumps(doc.data))  # a deep copy of plain values
+    for key, value in overrides.items():
+        parts = str(key).split(".")
+        node = data
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    label = f"{file} (with overrides: {', '.join(map(str, overrides))})"
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=1)
+    except (TypeError, ValueError):
+        raise DiagnosticError(
+            [Diagnostic("E012", "an override is not a plain YAML value", SourcePos(label))]
+        ) from None
+    try:
+        return _load_spec_doc(load_yaml(text, label), path)
+    except DiagnosticError as e:  # lines of the generated text would mislead: name the key only
+        raise DiagnosticError(
+            [
+                replace(d, pos=SourcePos(label)) if d.pos is not None and d.pos.file == label
+                else d
+                for d in e.diagnostics
+            ]
+        ) from None
 
 
 #: Characters a YAML reader refuses or reads as a line break even inside a quoted string; the
