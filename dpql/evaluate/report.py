@@ -89,6 +89,8 @@ class EvaluationReport:
     #: the synthesizer of the release (the spec's plan); DP-auto-GAN's own metrics are shown
     #: for ``gan`` (and when unknown)
     method: str | None = None
+    #: the report's ``index.html`` once written (``dpql.evaluate_report``)
+    path: Path | None = None
 
     @property
     def collapsed_columns(self) -> frozenset[str]:
