@@ -544,6 +544,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     except (SigningError, OSError) as exc:
         message = str(exc) if isinstance(exc, SigningError) else f"cannot write the key: {exc}"
         raise DiagnosticError([Diagnostic("V045", message, SourcePos(str(out_path)))]) from None
+    if args.format == "json":
+        return _emit({"ok": True, "private_key": str(private), "public_key": str(public),
+                      "key_sha256": fingerprint})  # fmt: skip
     print(f"private key {private} (mode 0600; keep it secret, never publish it)")
     print(f"public key  {public} (publish it: dpql verify RECORD --key {public})")
     print(f"key sha256  {fingerprint}")
@@ -651,6 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEYFILE",
         help="the private key's path (written with mode 0600); the public key goes to KEYFILE.pub",
     )
+    s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_keygen)
 
     s = sub.add_parser(

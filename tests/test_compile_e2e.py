@@ -105,5 +105,7 @@ def test_readme_test_command_is_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
-    test_cmd = blocks[1].split("&&")[-1].strip()
-    assert test_cmd in ci
+    tests = [b for b in blocks if "pytest" in b]
+    assert len(tests) == 1, "one README block runs the tests"
+    test_cmd = tests[0].split("&&")[-1].strip()
+    assert test_cmd.startswith("python3 -m pytest") and test_cmd in ci
