@@ -45,7 +45,7 @@ class Draft:
 
 
 def _error(
-    message: str, where: Path | str | SourcePos, hint: str | None = None, code: str = "E031"
+    code: str, message: str, where: Path | str | SourcePos, hint: str | None = None
 ) -> DiagnosticError:
     pos = where if isinstance(where, SourcePos) else SourcePos(str(where))
     return DiagnosticError([Diagnostic(code, message, pos, hint)])
@@ -62,7 +62,7 @@ def load_codebook(path: Path) -> tuple[dict[str, dict[str, Any]], int | None]:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise _error(f"cannot read the codebook {path}: {reason}", path, code="E032") from None
+        raise _error("E032", f"cannot read the codebook {path}: {reason}", path) from None
     if path.suffix.lower() == ".csv":
         return _csv_codebook(text, path), None
     from dpql.spec.yamlpos import load_yaml
@@ -71,20 +71,24 @@ def load_codebook(path: Path) -> tuple[dict[str, dict[str, Any]], int | None]:
     data = doc.data
     if not isinstance(data, dict) or not isinstance(data.get("columns"), dict):
         raise _error(
+            "E032",
             "a codebook is a mapping with `columns: {NAME: {type: ..., ...}}`",
-            path, "see docs/init.md for the format", code="E032",
-        )  # fmt: skip
+            path,
+            "see docs/init.md for the format",
+        )
     rows = data.get("rows")
     if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1):
-        raise _error("codebook rows must be a positive integer", doc.value_pos(("rows",)),
-                     code="E032")  # fmt: skip
+        where = doc.value_pos(("rows",))
+        raise _error("E032", "codebook rows must be a positive integer", where)
     entries = {}
     for name, entry in data["columns"].items():
         if not isinstance(entry, dict):
             raise _error(
+                "E032",
                 f"codebook entry '{name}' must be a mapping such as {{type: categorical, "
-                "values: [a, b]}", doc.value_pos(("columns", name)), code="E032",
-            )  # fmt: skip
+                "values: [a, b]}",
+                doc.value_pos(("columns", name)),
+            )
         entries[str(name)] = dict(entry)
     return entries, rows
 
@@ -94,9 +98,11 @@ def _csv_codebook(text: str, path: Path) -> dict[str, dict[str, Any]]:
     need = {"column", "type"}
     if not need <= set(reader.fieldnames or ()):
         raise _error(
+            "E032",
             "a CSV codebook's header must include column and type (and min, max, integer, "
-            "values as needed)", SourcePos(str(path), 1, 1), code="E032",
-        )  # fmt: skip
+            "values as needed)",
+            SourcePos(str(path), 1, 1),
+        )
     out: dict[str, dict[str, Any]] = {}
     for line, row in enumerate(reader, 2):
         entry: dict[str, Any] = {"type": (row.get("type") or "").strip()}
@@ -106,8 +112,8 @@ def _csv_codebook(text: str, path: Path) -> dict[str, dict[str, Any]]:
                 try:
                     entry[key] = int(cell) if re.fullmatch(r"[+-]?\d+", cell) else float(cell)
                 except ValueError:
-                    raise _error(f"{key} '{cell}' is not a number", SourcePos(str(path), line, 1),
-                                 code="E032") from None  # fmt: skip
+                    where = SourcePos(str(path), line, 1)
+                    raise _error("E032", f"{key} '{cell}' is not a number", where) from None
         if (row.get("integer") or "").strip().lower() in ("true", "yes", "1"):
             entry["integer"] = True
         values = (row.get("values") or "").strip()
@@ -157,10 +163,12 @@ def draft_spec(
     unknown = [n for n in entries if n not in names]
     if unknown:
         raise _error(
-            f"the codebook describes {len(unknown)} column(s) the data file's header does not "
-            f"name: {', '.join(repr(n) for n in unknown[:10])}",
-            codebook or data, "match the codebook's names to the header's", code="E032",
-        )  # fmt: skip
+            "E032",
+            f"the codebook describes {len(unknown)} column(s) the data file's header does "
+            f"not name: {', '.join(repr(n) for n in unknown[:10])}",
+            codebook or data,
+            "match the codebook's names to the header's",
+        )
     stem = re.sub(r"[^A-Za-z0-9_-]+", "_", data.name.split(".")[0]) or "release"
     relative = os.path.relpath(data.resolve(), spec_path.resolve().parent)
     source = (
@@ -221,9 +229,11 @@ def draft_spec(
 
 def _exists(path: Path) -> DiagnosticError:
     return _error(
+        "E031",
         f"{path} exists; dpql init never overwrites a file",
-        path, "give --output another path, or move the existing file away",
-    )  # fmt: skip
+        path,
+        "give --output another path, or move the existing file away",
+    )
 
 
 def write_draft(draft: Draft, path: Path) -> None:
@@ -234,7 +244,7 @@ def write_draft(draft: Draft, path: Path) -> None:
     except FileExistsError:
         raise _exists(path) from None
     except OSError as e:
-        raise _error(f"cannot write {path}: {e.strerror or e}", path) from None
+        raise _error("E031", f"cannot write {path}: {e.strerror or e}", path) from None
 
 
 def default_output(data: Path) -> Path:

@@ -42,6 +42,7 @@ ENTRIES.error(
     "data file is empty, or no rows are left after dropping missing values",
     READS_DATA,
     DATA_LOAD,
+    "dpql.data.frame",
     SQL_ENGINE,
     details="data file is empty, has no rows, or no rows are left after `missing: drop`",
     points="the file",
@@ -97,8 +98,9 @@ ENTRIES.error(
 ENTRIES.error(
     "E409",
     "data file is malformed (CSV syntax, gzip, Parquet, text encoding)",
-    READS_DATA,
+    (*READS_DATA, "init"),
     DATA_LOAD,
+    "dpql.data.header",
     DUCKDB,
     SPARK,
     details="the file is malformed (CSV syntax such as a row with the wrong number of fields, "
