@@ -107,7 +107,7 @@ def test_a_bad_override_is_a_diagnostic(spec: Path) -> None:
     assert d.code == "E101" and "with overrides: privacy.epsilon" in d.pos.file
 
 
-def test_evaluate_report_returns_its_headline(spec: Path) -> None:
+def test_evaluate_report_returns_its_headline(spec: Path, capsys) -> None:
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
     df = _frame()
@@ -121,6 +121,14 @@ def test_evaluate_report_returns_its_headline(spec: Path) -> None:
     page = report.path.read_text(encoding="utf-8")
     assert "Largest 1-way shift from the real table" in page
     assert "DP-auto-GAN metrics" not in page  # an aim release
+    from dpql.cli import main
+
+    out = spec.parent / "report2"
+    assert main(["evaluate", str(spec), "--synthetic", str(release.table_path), "--output",
+                 str(out), "--format", "json"]) == 0  # fmt: skip
+    doc = json.loads(capsys.readouterr().out)  # one document on stdout
+    assert doc["report"] == str(out / "index.html")
+    assert doc["headline"]["largest"]["column"] in {"age", "pet", "owner"}
 
 
 def test_no_user_warning_on_compile(spec: Path) -> None:

@@ -138,3 +138,23 @@ def test_a_codebook_column_not_in_the_header_is_refused(people_csv: Path, capsys
     assert main(["init", str(people_csv), "--codebook", str(book)]) == 1
     assert "E032" in capsys.readouterr().err
     assert not (people_csv.parent / "people.release.yaml").exists()
+
+
+def test_a_quoted_todo_is_a_value(people_csv: Path) -> None:
+    spec = people_csv.parent / "people.release.yaml"
+    assert main(["init", str(people_csv), "--codebook", str(_book(people_csv))]) == 0
+    text = spec.read_text(encoding="utf-8").replace('"yak"]', '"TODO"]')
+    lines = [ln for ln in text.splitlines() if '"person_id"' not in ln]
+    spec.write_text("\n".join(lines).replace("rows: TODO", "rows: 300") + "\n", encoding="utf-8")
+    assert load_spec(spec).domain["pet"].values == ("zebra", "TODO")
+
+
+def _book(people_csv: Path) -> Path:
+    book = people_csv.parent / "codebook.yaml"
+    book.write_text(
+        "columns:\n  age: {type: numeric, min: 0, max: 120, integer: true}\n"
+        "  pet: {type: categorical, values: [zebra, yak]}\n"
+        "  income: {type: numeric, min: 0, max: 200000}\n",
+        encoding="utf-8",
+    )
+    return book

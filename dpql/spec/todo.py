@@ -23,10 +23,19 @@ TODO_HINTS: Mapping[str, str] = {
 }
 
 
+def _plain(doc: Any, path: tuple[str | int, ...]) -> bool:
+    """Whether the scalar at ``path`` is written unquoted (a quoted "TODO" is a value)."""
+    try:
+        return doc._node(path)[1].style is None
+    except (KeyError, AttributeError):
+        return True
+
+
 def todo_diagnostics(data: Any, doc: Any) -> list[Diagnostic]:
-    """``E030`` for the values that are the string ``TODO`` (a draft's blanks), one per mapping
-    that holds any (a schema column's TODOs together), at its first TODO, with what to put
-    there; ``doc`` (a :class:`dpql.spec.yamlpos.YamlDoc`) gives the positions."""
+    """``E030`` for the values written as a plain, unquoted ``TODO`` (a draft's blanks; a
+    quoted ``"TODO"`` is an ordinary value), one per mapping that holds any (a schema column's
+    TODOs together), at its first TODO, with what to put there; ``doc`` (a
+    :class:`dpql.spec.yamlpos.YamlDoc`) gives the positions."""
     groups: dict[tuple[str | int, ...], list[tuple[str, tuple[str | int, ...]]]] = {}
 
     def walk(value: Any, path: tuple[str | int, ...]) -> None:
@@ -36,7 +45,7 @@ def todo_diagnostics(data: Any, doc: Any) -> list[Diagnostic]:
         elif isinstance(value, list):
             for i, v in enumerate(value):
                 walk(v, (*path, i))
-        elif value == TODO:
+        elif value == TODO and _plain(doc, path):
             cut = max(i for i, p in enumerate(path) if isinstance(p, str))
             groups.setdefault(path[:cut], []).append((str(path[cut]), path))
 
