@@ -389,7 +389,8 @@ def compiled_json(result: Any) -> dict[str, Any]:
         "requirements": [
             {k: r[k] for k in _REQUIREMENT_KEYS if k in r} for r in rec.get("requirements", [])
         ],
-        "warnings": list(post.get("diagnostics", [])),
+        "warnings": [d.to_json() for d in getattr(result.plan, "warnings", ())]
+        + list(post.get("diagnostics", [])),
         "quality": None if quality is None else quality.to_json(),
     }
 

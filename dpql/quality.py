@@ -103,11 +103,17 @@ def compile_headline(
             best[col] = (np.asarray(noisy, dtype=float).ravel(), float(sigma))
     if not best or table.n == 0:
         return None
-    shifts = tuple(
-        ColumnShift(c, tvd(answer(Marginal((c,)), table), y), noise_tvd(s, y.size))
-        for c, (y, s) in sorted(best.items(), key=lambda kv: table.domain.names.index(kv[0]))
-    )
-    return QualityHeadline("the noisy 1-way answers", "the noise alone", shifts)
+    shifts = []
+    for c in table.domain.names:
+        if c not in best:
+            continue
+        y, s = best[c]
+        synthetic = np.asarray(answer(Marginal((c,)), table), dtype=float).ravel()
+        if synthetic.size == y.size:  # the same cells (a grouped column: its groups)
+            shifts.append(ColumnShift(c, tvd(synthetic, y), noise_tvd(s, y.size)))
+    if not shifts:
+        return None
+    return QualityHeadline("the noisy 1-way answers", "the noise alone", tuple(shifts))
 
 
 def report_headline(
