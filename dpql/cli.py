@@ -31,11 +31,14 @@ err = Console(stderr=True, soft_wrap=True)  # log lines are never wrapped mid-se
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
+    """``digits`` significant digits, and a number that would need an exponent in full with
+    thousands separators (15,980, not 1.598e+04)."""
     if x is None:
         return "-"
     if isinstance(x, float) and not math.isfinite(x):
         return "inf"
-    return f"{x:.{digits}g}"
+    text = f"{x:.{digits}g}"
+    return f"{x:,.0f}" if "e+" in text else text
 
 
 def _report(diagnostics: Sequence[Diagnostic], fmt: str, show_values: bool = False) -> None:

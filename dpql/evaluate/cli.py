@@ -21,6 +21,7 @@ import pandas as pd
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
+from dpql.evaluate.metrics import readable
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report
 
 if TYPE_CHECKING:
@@ -135,15 +136,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if report.headline is not None:
         print(f"  {report.headline.text()}")
     for c in report.workload:
-        print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {c.mean:.4g}  max {c.max:.4g}")
+        print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {readable(c.mean)}  "
+              f"max {readable(c.max)}")  # fmt: skip
     verdict = {True: "pass", False: "FAIL", None: "-"}
     for r in report.requirements:
         # a model requirement is compile's test: one model fitted on the synthetic table,
         # its metric on the real table vs on the synthetic table
         model = " (model fitted on synthetic)" if r.train_on_real is not None else ""
         print(
-            f"  {verdict[r.passed]:<4} {r.requirement}{model}: real {r.real:.4g}, "
-            f"synthetic {r.synthetic:.4g} ({r.tolerance or 'no tolerance'})"
+            f"  {verdict[r.passed]:<4} {r.requirement}{model}: real {readable(r.real)}, "
+            f"synthetic {readable(r.synthetic)} ({r.tolerance or 'no tolerance'})"
         )
     for t in report.tstr:
         print(
