@@ -102,3 +102,10 @@ def test_report_without_label_or_gan(tmp_path: Path) -> None:
     assert report.headline is not None and "Largest 1-way shift" in page
     _, gan_page = _report(tmp_path, domain, real, "gan")
     assert "DP-auto-GAN metrics" in gan_page
+
+
+def test_the_command_line_prints_no_exponent_for_large_numbers() -> None:
+    from dpql.cli import _fmt
+
+    assert _fmt(15980.0) == "15,980" and _fmt(32561) == "32,561"
+    assert _fmt(0.0123) == "0.0123" and _fmt(1234.5) == "1234"
