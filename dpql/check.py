@@ -33,6 +33,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dpql.diagnostics import DiagnosticError, InternalError
 from dpql.domain import NumericColumn
@@ -61,7 +62,13 @@ from dpql.lifetime import (
     locked_ledger as locked_ledger,
 )
 from dpql.lifetime import (
+    of_source as of_source,
+)
+from dpql.lifetime import (
     read_ledger as read_ledger,
+)
+from dpql.lifetime import (
+    real_path as real_path,
 )
 from dpql.lifetime import (
     recover_ledger as recover_ledger,
@@ -329,22 +336,30 @@ def lifetime_budget(
 
 
 def lifetime_report(
-    policy: LoadedPolicy, spend: ReleaseBudget, ledger_path: str | os.PathLike[str] | None = None
+    policy: LoadedPolicy,
+    spend: ReleaseBudget,
+    ledger_path: str | os.PathLike[str] | None = None,
+    data: Path | None = None,
 ) -> LifetimeBudget | None:
-    """The lifetime budget with this release added (None when the policy sets no lifetime).
-    ``ledger_path`` defaults to the policy's ``lifetime.ledger``; E020 if it is malformed, E615
-    if it is missing (a policy's ledger must exist: create it empty before the first release)
-    or not a usable file."""
+    """The lifetime budget with this release added (None when the policy sets no lifetime),
+    over the ledger's lines that count against the data file ``data`` (all lines when None;
+    :func:`dpql.lifetime.of_source`). ``ledger_path`` defaults to the policy's
+    ``lifetime.ledger``; a missing ledger holds no release (``dpql compile`` creates it; a typo
+    that hides the real ledger is caught by :func:`dpql.project.choose_ledger`, E616); E020 if
+    it is malformed, E615 if it is not a usable file."""
     lifetime = policy.model.lifetime
     path = ledger_path if ledger_path is not None else policy.ledger_path
     if lifetime is None or path is None:
         return None
     problem = ledger_location_error(
-        path, must_exist=True, named_by=f"lifetime.ledger of {policy.path}"
+        path, must_exist=False, named_by=f"lifetime.ledger of {policy.path}"
     )
     if problem is not None:
         raise DiagnosticError([problem])
-    return lifetime_budget(lifetime.epsilon, read_ledger(path), spend, lifetime.delta)
+    records = read_ledger(path)
+    if data is not None:
+        records = [r for r in records if of_source(r, Path(path), data)]
+    return lifetime_budget(lifetime.epsilon, records, spend, lifetime.delta)
 
 
 def check_policy(
@@ -355,12 +370,15 @@ def check_policy(
     *,
     requested_delta: float | None = None,
     requested_rho: float | None = None,
+    data: Path | None = None,
 ) -> list[Violation]:
     """Every rule of ``policy`` that ``spec`` breaks (empty list: the spec passes).
 
-    ``ledger_path`` defaults to the policy's ``lifetime.ledger`` (relative to the policy file).
-    See :func:`planned_spend` for ``requested_*``. Raises DiagnosticError (E020) when the
-    ledger is malformed: a budget we cannot read is not a budget we can check.
+    ``ledger_path`` defaults to the policy's ``lifetime.ledger`` (relative to the policy file);
+    its lines of the data source ``data`` (default: the spec's data file) count. See
+    :func:`planned_spend` for ``requested_*``.
+    Raises DiagnosticError (E020) when the ledger is malformed: a budget we cannot read is not
+    a budget we can check.
     """
     rules = policy.model
     spend = planned_spend(spec, requested_epsilon, requested_delta, requested_rho)
@@ -417,7 +435,8 @@ def check_policy(
                 f"{_smaller_delta(spec.rows):g}",
             )
         )
-    budget = lifetime_report(policy, spend, ledger_path)
+    source = real_path(data if data is not None else spec.data_path)
+    budget = lifetime_report(policy, spend, ledger_path, source)
     if budget is not None:
         out += lifetime_violations(budget)
     return out

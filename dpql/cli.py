@@ -1,4 +1,4 @@
-"""Command line: ``dpql init | plan | check | compile | verify | keygen | evaluate``.
+"""Command line: ``dpql init | plan | check | ledger | compile | verify | keygen | evaluate``.
 
 Exit codes: 0 success; 1 a problem in the user's input (spec, policy, data) or a failed check,
 reported as ``file:line:col: error[CODE]: message`` with a hint, never a traceback; 2 an internal
@@ -267,19 +267,27 @@ def _plan_accounting(spec: Any, plan: Any) -> tuple[list[str], str]:
 def cmd_check(args: argparse.Namespace) -> int:
     from dpql.check import check_policy, lifetime_report, planned_spend
     from dpql.plan.planner import build_plan
-    from dpql.spec.load import load_policy, load_spec
+    from dpql.project import choose_ledger
+    from dpql.spec.load import load_spec
 
     spec = load_spec(args.spec)
     plan = build_plan(spec)
     as_json = args.format == "json"
-    doc: dict[str, Any] = {"spec": str(args.spec), "policy": args.policy, "violations": []}
-    if not args.policy:
+    policy_path = Path(args.policy) if args.policy else None
+    choice = choose_ledger(spec, policy=policy_path, for_write=False)
+    policy = choice.policy
+    shown = args.policy or (str(policy.path) if policy is not None else None)
+    doc: dict[str, Any] = {"spec": str(args.spec), "policy": shown, "violations": []}
+    if policy is None:
+        note = (
+            "spec and plan valid; no policy given or found; releases are recorded in "
+            f"{choice.ledger}"
+        )
         if as_json:
-            return _emit({**doc, "ok": True, "notes": ["spec and plan valid; no policy given"]})
-        out.print(f"{args.spec}: ok (spec and plan valid; no policy given)", markup=False)
+            return _emit({**doc, "ok": True, "notes": [note]})
+        out.print(f"{args.spec}: ok ({note})", markup=False, highlight=False, soft_wrap=True)
         return EXIT_OK
-    policy = load_policy(args.policy)
-    result = check_policy(spec, policy, policy.ledger_path, plan.budget.epsilon)
+    result = check_policy(spec, policy, choice.ledger, plan.budget.epsilon, data=choice.data)
     violations = getattr(result, "violations", result)
     summary = getattr(result, "summary", None)
     if as_json and violations:
@@ -295,21 +303,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(summary)
     if violations:
         return EXIT_INPUT
-    lifetime = lifetime_report(policy, planned_spend(spec, plan.budget.epsilon))
+    spend = planned_spend(spec, plan.budget.epsilon)
+    lifetime = lifetime_report(policy, spend, choice.ledger, choice.data)
     notes = [lifetime.describe()] if lifetime is not None else []
-    if lifetime is not None and policy.ledger_path is not None:
-        from dpql.lifetime import read_ledger
-
-        open_lines = [r for r in read_ledger(policy.ledger_path) if r.status != "committed"]
-        if open_lines:
-            notes.append(
-                f"{len(open_lines)} line(s) of {policy.ledger_path} are pending or abandoned "
-                "(interrupted compiles; the next dpql compile on this ledger completes pending "
-                "ones); they count as spent"
-            )
+    open_lines = [r for r in choice.records if r.status != "committed"]
+    if lifetime is not None and open_lines:
+        notes.append(
+            f"{len(open_lines)} line(s) of {choice.ledger} are pending or abandoned "
+            "(interrupted compiles; the next dpql compile on this ledger completes pending "
+            "ones); they count as spent"
+        )
     if as_json:
         return _emit({**doc, "ok": True, "summary": summary, "notes": notes})
-    print(f"{args.spec}: ok (policy {args.policy})" + (f"; {notes[0]}" if notes[:1] else ""))
+    print(f"{args.spec}: ok (policy {shown})" + (f"; {notes[0]}" if notes[:1] else ""))
     for note in notes[1:]:
         print(f"{args.spec}: note: {note}")
     return EXIT_OK
@@ -326,20 +332,37 @@ def _emit(doc: dict[str, Any], code: int = EXIT_OK) -> int:
 
 
 # ------------------------------------------------------------------------------------------
+# ledger
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from dpql.ledger_report import ledger_report, render_report
+
+    report = ledger_report(args.target, Path(args.policy) if args.policy else None)
+    if args.format == "json":
+        return _emit(report)
+    print(render_report(report))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
 # compile
 
 
-def _progress() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    """Bars on a terminal; plain lines (phase, step/total, elapsed, ETA) otherwise."""
+def _progress(verbose: bool) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """Bars on a terminal; plain lines (phase, step/total) otherwise; elapsed and remaining
+    times only when ``verbose`` (they scale with the real row count: curator-only)."""
     from dpql.progress import plain_progress, progress_bars
 
-    return progress_bars(err) if sys.stderr.isatty() else plain_progress("compile")
+    if sys.stderr.isatty():
+        return progress_bars(err, timings=verbose)
+    return plain_progress("compile", timings=verbose)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from dpql.pipeline import Interrupted, compile_release
 
-    update, stop = _progress() if not args.quiet else (None, lambda: None)
+    update, stop = _progress(args.verbose) if not args.quiet else (None, lambda: None)
     try:
         result = compile_release(
             args.spec,
@@ -356,7 +379,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     try:
         if args.format == "json":
             return _emit(compiled_json(result))
-        return _print_compiled(result)
+        return _print_compiled(result, args.verbose)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the release was written and recorded: {result.table_path}, "
@@ -395,10 +418,12 @@ def compiled_json(result: Any) -> dict[str, Any]:
         "warnings": [d.to_json() for d in getattr(result.plan, "warnings", ())]
         + list(post.get("diagnostics", [])),
         "quality": None if quality is None else quality.to_json(),
+        "ledger": None if result.ledger_path is None else str(result.ledger_path),
+        "policy": None if result.policy_path is None else str(result.policy_path),
     }
 
 
-def _print_compiled(result: Any) -> int:
+def _print_compiled(result: Any, verbose: bool = False) -> int:
     rec = result.record
     spent = rec["privacy"]["spent"]
     budget = rec["privacy"]["budget"]
@@ -438,13 +463,26 @@ def _print_compiled(result: Any) -> int:
     for r in rec.get("requirements", []):
         what = f" {r['metric']}" if "metric" in r else ""
         out.print(
-            f"requirement {r.get('requirement')}: {r.get('verdict')} (real{what} "
+            f"requirement {r.get('requirement')}: {r.get('verdict')} (noisy{what} "
             f"{_fmt(r.get('real_noisy'))} +- {_fmt(r.get('sigma'), 2)}; synthetic "
             f"{_fmt(r.get('synthetic_before'))} -> {_fmt(r.get('synthetic_after'))})"
             + (f" [{r['note']}]" if r.get("note") else ""),
             markup=False,
         )
-    out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    if result.ledger_path is not None:
+        cap = (
+            f"policy {result.policy_path}"
+            if result.policy_path is not None
+            else "no policy found: no lifetime cap"
+        )
+        out.print(
+            f"ledger: recorded in {result.ledger_path} ({cap})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if verbose:  # stage times scale with the real row count: the curator's terminal only
+        out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
     quality = getattr(result, "quality", None)
     if quality is not None:
         out.print(quality.text(), markup=False, highlight=False, soft_wrap=True)
@@ -596,19 +634,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check", help="validate a spec (and a policy) without data; for CI")
     s.add_argument("spec")
-    s.add_argument("--policy")
+    s.add_argument(
+        "--policy",
+        help="the privacy policy (default: the dpql.yaml or policy file found from the spec's "
+        "folder upward)",
+    )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser(
+        "ledger",
+        help="lifetime spend per data source and per release, against the policy's cap",
+    )
+    s.add_argument(
+        "target",
+        nargs="?",
+        help="a release spec (its ledger and policy, as compile finds them) or a ledger "
+        "(.jsonl); default: the project's ledger found from the current folder upward",
+    )
+    s.add_argument("--policy", help="the privacy policy whose lifetime cap to report against")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_ledger)
 
     s = sub.add_parser("compile", help="run the release: synthetic table + provenance record")
     s.add_argument("spec")
     s.add_argument("--seed", type=int, help="fixes optimisation and row sampling (never DP noise)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print elapsed times and stage timings (they scale with the real row count: "
+        "curator-only)",
+    )
+    s.add_argument(
         "--ledger",
         help="lifetime release ledger (JSONL) to record this release in (default: "
-        "output.ledger, the policy's lifetime.ledger, else <spec stem>.ledger.jsonl beside the "
-        "spec)",
+        "output.ledger, the policy's lifetime.ledger, the project file's ledger, else "
+        "<data file>.ledger.jsonl beside the spec; docs/privacy.md)",
     )
     s.add_argument(
         "--force",
@@ -618,7 +680,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--policy",
-        help="enforce this privacy policy, lifetime caps included, before any data is read",
+        help="enforce this privacy policy, lifetime caps included, before any data is read "
+        "(default: the dpql.yaml or policy file found from the spec's folder upward)",
     )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.add_argument(

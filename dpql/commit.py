@@ -42,19 +42,23 @@ def _enforce_policy(
     policy: LoadedPolicy,
     ledger_file: Path,
     records: Sequence[Any] | None = None,
+    data: Path | None = None,
 ) -> None:
     """Refuse the release (P0xx at the policy) if it breaks ``policy``, lifetime caps included,
-    over the ledger's lines (every status counts as spent; ``records``: as read under the
-    ledger's lock)."""
+    over the ledger's lines of this data source (every status counts as spent; ``records``: as
+    read under the ledger's lock; ``data``: the data source, default the spec's data file)."""
     from dpql.check import check_policy, lifetime_budget, lifetime_violations, planned_spend
+    from dpql.lifetime import of_source, real_path
 
     if records is None:
-        violations = check_policy(spec, policy, ledger_file, plan.budget.epsilon)
+        violations = check_policy(spec, policy, ledger_file, plan.budget.epsilon, data=data)
     elif policy.model.lifetime is not None:
         lifetime = policy.model.lifetime
         spend = planned_spend(spec, plan.budget.epsilon)
+        source = data if data is not None else real_path(spec.data_path)
+        mine = [r for r in records if of_source(r, ledger_file, source)]
         violations = lifetime_violations(
-            lifetime_budget(lifetime.epsilon, list(records), spend, lifetime.delta)
+            lifetime_budget(lifetime.epsilon, mine, spend, lifetime.delta)
         )
     else:
         violations = []
@@ -72,45 +76,6 @@ def _enforce_policy(
     ]
     if diagnostics:
         raise DiagnosticError(diagnostics)
-
-
-def default_ledger_path(spec: LoadedSpec) -> Path:
-    """The lifetime ledger a compile records in when nothing else names one:
-    ``<spec stem>.ledger.jsonl`` beside the spec (``adult.release.yaml`` ->
-    ``adult.release.ledger.jsonl``)."""
-    return spec.resolve(f"{Path(spec.path).stem}.ledger.jsonl")
-
-
-def resolve_ledger(
-    spec: LoadedSpec, ledger_path: Path | None, policy: LoadedPolicy | None
-) -> tuple[Path, str, bool]:
-    """The ledger this compile records in, where it was named, and whether it must exist:
-    ``--ledger``, else ``output.ledger``, else the policy's ``lifetime.ledger``, else
-    :func:`default_ledger_path`. With a policy that names a ledger, it must be that one (E615
-    otherwise: the caps are enforced on the ledger the release is recorded in) and exist."""
-    policy_ledger = policy.ledger_path if policy is not None else None
-    if ledger_path is not None:
-        path, named = Path(ledger_path).absolute(), "--ledger"
-    elif spec.model.output.ledger:
-        path, named = spec.resolve(spec.model.output.ledger), "output.ledger"
-    elif policy_ledger is not None:
-        path, named = policy_ledger, f"lifetime.ledger of {policy.path}"  # type: ignore[union-attr]
-    else:
-        path, named = default_ledger_path(spec), "the default ledger beside the spec"
-    if policy_ledger is not None and path.resolve() != policy_ledger.resolve():
-        raise DiagnosticError(
-            [
-                Diagnostic(
-                    "E615",
-                    f"this compile would record in {path} ({named}), but the policy's lifetime "
-                    f"caps are kept in {policy_ledger}",
-                    SourcePos(str(policy.path)),  # type: ignore[union-attr]
-                    "record the release in the policy's ledger: drop --ledger/output.ledger or "
-                    "make them name the policy's lifetime.ledger",
-                )
-            ]
-        )
-    return path, named, policy_ledger is not None
 
 
 def output_location_errors(
@@ -307,6 +272,8 @@ def _commit(
     ledger_file: Path,
     policy: LoadedPolicy | None,
     plan: ReleasePlan,
+    data_hmac: str | None = None,
+    data: Path | None = None,
 ) -> None:
     """Make the staged release the release, as one unit (docs/architecture.md "Writing a
     release"): with the ledger locked, re-check the policy's lifetime caps over the ledger as
@@ -314,12 +281,24 @@ def _commit(
     ``pending`` (naming each staged file and its SHA-256; fsynced), rename every staged file
     onto its target, fsync the folders, mark the line ``committed``. A SIGKILL before the
     pending line leaves only staged files (removed by the next compile: nothing was
-    released); after it, the next compile rolls the release forward."""
-    from dpql.lifetime import StagedOutput, fsync_folder, locked_ledger, release_record
+    released); after it, the next compile rolls the release forward. The line names the data
+    source (its path and ``data_hmac``, the curator file's keyed fingerprint)."""
+    from dpql.lifetime import (
+        StagedOutput,
+        fsync_folder,
+        locked_ledger,
+        release_record,
+        source_ref,
+    )
 
     spent = record["privacy"]["spent"]
     line = release_record(
-        spec, spent["epsilon"], spent["delta"], spent["rho"], rdp=record["privacy"]["rdp"]
+        spec,
+        spent["epsilon"],
+        spent["delta"],
+        spent["rho"],
+        rdp=record["privacy"]["rdp"],
+        data_source=source_ref(data or spec.data_path, ledger_file, data_hmac),
     )
     outputs = [
         StagedOutput(path=str(targets[r]), staged=str(staged[r]), sha256=_sha256(staged[r]))
@@ -330,7 +309,7 @@ def _commit(
     try:
         with _signals_deferred(), locked_ledger(ledger_file) as locked:
             if policy is not None:
-                _enforce_policy(spec, plan, policy, ledger_file, locked.records)
+                _enforce_policy(spec, plan, policy, ledger_file, locked.records, data)
             before = list(locked.records)
             locked.write([*before, pending])
             recorded = True  # from here on the release is recorded: roll forward, never back

@@ -31,7 +31,6 @@ from dpql.commit import (
     _writer,
     output_location_errors,
     remove_orphans,
-    resolve_ledger,
 )
 from dpql.curator import curator_key, curator_path, curator_record
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
@@ -42,8 +41,9 @@ from dpql.privacy.budget import BudgetExceeded
 from dpql.privacy.ledger import EPSILON_RTOL, Ledger
 from dpql.privacy.noise import NoiseSource, default_noise
 from dpql.progress import Progress
+from dpql.project import LedgerChoice, choose_ledger
 from dpql.quality import QualityHeadline, compile_headline
-from dpql.spec.load import LoadedPolicy, LoadedSpec, load_policy, load_spec
+from dpql.spec.load import LoadedSpec, load_spec
 from dpql.synth.base import RunContext, backend
 
 
@@ -58,6 +58,8 @@ class CompileResult:
     #: the released table against the synthesizer's noisy 1-way answers (post-processing of DP
     #: outputs; :func:`dpql.quality.compile_headline`), None when it measured none
     quality: QualityHeadline | None = None
+    ledger_path: Path | None = None
+    policy_path: Path | None = None
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
@@ -144,23 +146,25 @@ def compile_release(
 
     ``noise`` defaults to a fresh OS-entropy source; a test-only reproducible source is refused
     unless ``allow_reproducible_noise`` (tests only: such a release is not private).
-    Every release is recorded in a lifetime ledger (:func:`resolve_ledger`: ``ledger_path``,
-    ``output.ledger``, the policy's ``lifetime.ledger`` or ``<spec stem>.ledger.jsonl`` beside
-    the spec). The ledger of mechanism events is an odometer created with the plan's budget; a
-    run that would overspend is refused (``E611``) and nothing is written. The curator-only
+    Every release is recorded in the lifetime ledger of its data source and answers to the
+    policy that :func:`dpql.project.choose_ledger` finds (``ledger_path`` and ``policy_path``
+    override what is found; the release's line names its data source). The ledger of mechanism
+    events is an odometer created with the plan's budget; a run that would overspend is
+    refused (``E611``) and nothing is written. The curator-only
     facts and the stage timings go to the curator file (:mod:`dpql.curator`), never to the
     published record. With ``signing_key`` (an Ed25519 private key from ``dpql keygen``) the
     record is signed (:mod:`dpql.signing`).
 
     Before any private data is read: every output location and the ledger are validated
-    (E613, E615, E005, E020), an earlier release at the same outputs is refused unless
-    ``force`` (E614), and with ``policy_path`` the policy is enforced, lifetime caps included
-    (P0xx). ``notify`` receives notes (interrupted releases recovered from the ledger).
+    (E613, E615, E616, E617, E005, E020), an earlier release at the same outputs is refused
+    unless ``force`` (E614), and the policy, given or found, is enforced, lifetime caps
+    included (P0xx). ``notify`` receives notes (interrupted releases recovered from the ledger).
 
     ``spec_path`` is a spec file or an already loaded spec; ``data`` (a path, or a pandas
     DataFrame held in memory, :mod:`dpql.data.frame`) replaces the spec's ``data.path``: the
     same schema, public row count and rules apply, and its curator fingerprint is the file's,
-    or the frame's content hash.
+    or the frame's content hash. The data source the ledger counts against is that path, or for
+    a frame the spec's ``data.path``.
 
     Stages: plan (no data) -> preflight -> open the private table -> the backend's ``run`` ->
     post-process -> re-check the spend -> commit (:func:`_commit`: staged files, pending
@@ -176,9 +180,11 @@ def compile_release(
     with clock("plan"):
         spec = spec_path if isinstance(spec_path, LoadedSpec) else load_spec(spec_path)
         plan = build_plan(spec)
-        policy = load_policy(policy_path) if policy_path is not None else None
         targets = _targets(spec)
-        ledger_file = _preflight(spec, plan, targets, ledger_path, policy, force, notify)
+        source = Path(data) if isinstance(data, (str, os.PathLike)) else None
+        choice = choose_ledger(spec, ledger=ledger_path, policy=policy_path, data=source)
+        policy, ledger_file = choice.policy, choice.ledger
+        _preflight(spec, plan, targets, choice, force, notify)
         if signing_key is not None:
             _check_signing_key(signing_key)
     seed = secrets.randbits(31) if seed is None else seed
@@ -233,7 +239,8 @@ def compile_release(
                 table, requirements, postprocess, signing_key, targets, staged,
             )  # fmt: skip
             key, key_source = curator_key(targets["curator file"].parent)  # folder mode 0700
-            curator = json.dumps(curator_record(summary, timings, key, key_source), indent=2)
+            facts = curator_record(summary, timings, key, key_source)
+            curator = json.dumps(facts, indent=2)
             _stage(staged["curator file"], _writer(curator + "\n", CURATOR_MODE), CURATOR_MODE)
     except BaseException as exc:
         for path in staged.values():
@@ -244,10 +251,11 @@ def compile_release(
                 "nothing was recorded in the ledger"
             ) from None
         raise
-    _commit(spec, record, targets, staged, txid, ledger_file, policy, plan)
+    hmac = facts.get("data_hmac_sha256")
+    _commit(spec, record, targets, staged, txid, ledger_file, policy, plan, hmac, choice.data)
     return CompileResult(
         plan, targets["table"], targets["record"], record, timings, targets["curator file"],
-        quality,
+        quality, ledger_file, policy.path if policy is not None else None,
     )  # fmt: skip
 
 
@@ -263,19 +271,16 @@ def _preflight(
     spec: LoadedSpec,
     plan: ReleasePlan,
     targets: dict[str, Path],
-    ledger_path: Path | None,
-    policy: LoadedPolicy | None,
+    choice: LedgerChoice,
     force: bool,
     notify: Callable[[str], None] | None,
-) -> Path:
-    """Everything that can refuse the release without the data, before it is read; returns the
-    ledger to record in. Finishes interrupted releases found in the ledger first."""
-    from dpql.lifetime import ledger_location_error, locked_ledger, recover_ledger
+) -> None:
+    """Everything that can refuse the release without the data, before it is read. Finishes
+    interrupted releases found in the ledger first."""
+    from dpql.lifetime import locked_ledger, recover_ledger
 
-    ledger_file, named, must_exist = resolve_ledger(spec, ledger_path, policy)
-    problem = ledger_location_error(ledger_file, must_exist=must_exist, named_by=named)
-    errors = [problem] if problem is not None else []
-    errors += [d for d in output_location_errors(spec, targets, force=True) if d.code == "E613"]
+    ledger_file, policy = choice.ledger, choice.policy
+    errors = [d for d in output_location_errors(spec, targets, force=True) if d.code == "E613"]
     if errors:
         raise DiagnosticError(errors)
     with locked_ledger(ledger_file) as locked:  # E005/E020: never extend a corrupt ledger
@@ -287,8 +292,7 @@ def _preflight(
     if errors:
         raise DiagnosticError(errors)
     if policy is not None:
-        _enforce_policy(spec, plan, policy, ledger_file)
-    return ledger_file
+        _enforce_policy(spec, plan, policy, ledger_file, data=choice.data)
 
 
 class _Clock:

@@ -2,7 +2,7 @@
 
 Every output and ledger location is validated before the private data is read; a second compile
 to the same outputs needs ``--force``; every compile is recorded in a ledger (by default
-``<spec stem>.ledger.jsonl`` beside the spec); ``--policy`` enforces lifetime caps before any
+``<data file>.ledger.jsonl`` beside the spec); ``--policy`` enforces lifetime caps before any
 data is read and again, under the ledger's lock, when the release is recorded. The release is
 written as one unit (docs/architecture.md, "Writing a release"): a SIGKILL at any moment leaves
 nothing, or a complete release whose ledger line is committed once the next compile recovered it.
@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -116,7 +117,8 @@ def _released(spec: Path) -> list[str]:
 
 
 def _default_ledger(spec: Path) -> Path:
-    return spec.parent / "release.ledger.jsonl"
+    """With no policy or project file found: the data file's ledger, beside the spec."""
+    return spec.parent / "train.csv.ledger.jsonl"
 
 
 def test_second_compile_needs_force_and_every_compile_is_in_the_default_ledger(
@@ -245,13 +247,23 @@ def test_policy_caps_are_enforced_by_compile_before_the_data_is_read(
 ) -> None:
     (tmp_path / "p0").mkdir()
     missing = _policy(tmp_path / "p0", 3.0, create_ledger=False)
+    # the policy's ledger does not exist (a typo?) while a ledger beside it holds a release
+    old = tmp_path / "p0" / "old-ledger.jsonl"
+    old.write_text(
+        ReleaseRecord(
+            name="r", spec_sha256="0" * 64, epsilon=1.0, delta=1e-9, time="2026-01-01T00:00:00"
+        ).model_dump_json()
+        + "\n",
+        encoding="utf-8",
+    )
     with monkeypatch.context() as m:
         m.setattr("dpql.data.private.open_private", _refuse)
-        err = _expect_refused(spec, capsys, "E615", "--policy", str(missing))
-        assert "does not exist" in err and "touch" in err
-        # dpql check reports the missing ledger too
+        err = _expect_refused(spec, capsys, "E616", "--policy", str(missing))
+        assert str(old) in err and "cat " in err
+        # dpql check reports it too
         assert main(["check", str(spec), "--policy", str(missing)]) == 1
-        assert "error[E615]" in capsys.readouterr().err
+        assert "error[E616]" in capsys.readouterr().err
+    old.unlink()
     (tmp_path / "p").mkdir()
     policy = _policy(tmp_path / "p", 1.2)  # room for one release of epsilon 1, not two
     ledger = tmp_path / "p" / "privacy-ledger.jsonl"
@@ -406,6 +418,8 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     policy = _policy(tmp_path / "p", 8.0)
     ledger = tmp_path / "p" / "privacy-ledger.jsonl"
     specs = [_spec(tmp_path / f"a{k}") for k in range(3)]
+    for s in specs[1:]:  # three specs of one data source (a lifetime cap is per data source)
+        s.write_text(s.read_text().replace("path: train.csv", "path: ../a0/train.csv"))
     spend = planned_spend(load_spec(specs[0]))
     one = ReleaseRecord(
         name="small-external",
@@ -463,11 +477,20 @@ def test_ctrl_c_says_what_was_written(
 def test_plain_progress_lines_when_stderr_is_not_a_terminal(
     spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Progress lines carry no times by default (they scale with the real row count), and
+    compile prints no stage timings; --verbose shows both on the curator's terminal."""
     assert main(["compile", str(spec), "--seed", "0"]) == 0
-    lines = capsys.readouterr().err.splitlines()
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
     progress = [line for line in lines if line.startswith("compile: ")]
-    assert progress and all(", " in line and " s" in line for line in progress), lines
+    assert progress and not any(re.search(r"\d s\b|left", line) for line in progress), lines
     assert any(line.startswith("compile: postprocess ") for line in progress)
+    assert not re.search(r"^time:|\d\.\ds\b", captured.out, re.M), captured.out
+    assert main(["compile", str(spec), "--seed", "0", "--force", "--verbose"]) == 0
+    captured = capsys.readouterr()
+    progress = [line for line in captured.err.splitlines() if line.startswith("compile: ")]
+    assert progress and all(", " in line and " s" in line for line in progress), progress
+    assert re.search(r"^time: plan \d+\.\ds, ", captured.out, re.M), captured.out
 
 
 def test_plan_shows_each_phase_in_its_own_accounting(capsys: pytest.CaptureFixture[str]) -> None:

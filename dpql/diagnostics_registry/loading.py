@@ -42,8 +42,9 @@ ENTRIES.error(
 ENTRIES.error(
     "E005",
     "file cannot be read (missing, unreadable, not UTF-8)",
-    PLANS,
+    (*PLANS, "ledger"),
     "dpql.lifetime",
+    "dpql.ledger_report",
     LOAD,
     details="file cannot be read (missing, unreadable, not UTF-8): the spec, the policy or the "
     "lifetime ledger",

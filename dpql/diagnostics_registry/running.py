@@ -270,13 +270,34 @@ ENTRIES.error(
 ENTRIES.error(
     "E615",
     "the lifetime ledger cannot be used",
-    ("check", "compile"),
+    ("check", "compile", "ledger"),
     "dpql.lifetime",
-    "dpql.commit",
+    "dpql.project",
+    "dpql.ledger_report",
     details="the lifetime ledger cannot be used: it is a directory or not a regular file, its "
-    "folder cannot be created or written, a policy names a ledger that does not exist (create "
-    "it empty before the first release), or `dpql compile --policy` would record in another "
-    "ledger than the policy's. Checked before any data is read",
+    "folder cannot be created or written, or the release would be recorded in another ledger "
+    "than the policy's `lifetime.ledger` (or the project file's `ledger`) by `--ledger` or "
+    "`output.ledger`; `dpql ledger` found no ledger to show. Checked before any data is read",
+)
+ENTRIES.error(
+    "E616",
+    "releases of one data source are recorded in more than one ledger",
+    ("check", "compile", "ledger"),
+    "dpql.project",
+    details="releases of the spec's data source are recorded in another ledger than the one "
+    "this release answers to (an older per-spec ledger, a default ledger from before a policy "
+    "applied, a ledger the policy no longer names): a lifetime cap counts only when every "
+    "release of a data source is in one ledger. Merge the ledgers (append the lines, delete "
+    "the other file). Checked before any data is read",
+)
+ENTRIES.error(
+    "E617",
+    "two project or policy files in one folder: which one decides is ambiguous",
+    ("check", "compile", "ledger"),
+    "dpql.project",
+    details="the folder that decides a spec's policy and ledger (the nearest one at or above "
+    "the spec holding `dpql.yaml` or a policy file) holds two project files, two policy files, "
+    "or a project file beside a policy file it does not name. Keep one, or pass `--policy`",
 )
 
 

@@ -357,7 +357,7 @@ def unreached(
 
 def _out_of_reach(found: Sequence[tuple[Any, float, float, float, float]]) -> Diagnostic:
     parts = [
-        f"'{req.text or 'a requirement'}' from {b:.4g} to {w:.4g}, the real value being "
+        f"'{req.text or 'a requirement'}' from {b:.4g} to {w:.4g}, the noisy value being "
         f"{m:.4g} +- {band:.2g} and its tolerance {req.tolerance.within:g}"
         for req, b, w, m, band in found
     ]

@@ -35,6 +35,7 @@ from dpql.spec.files import expand_files
 from dpql.spec.models import (
     NumericSpec,
     Policy,
+    ProjectFile,
     ReleaseSpec,
 )
 from dpql.spec.todo import todo_diagnostics
@@ -279,6 +280,27 @@ def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
     """Load and check a privacy policy; raise DiagnosticError with every problem found."""
     doc = _read_yaml(path)
     return LoadedPolicy(_validate(Policy, doc), Path(path).resolve(), doc.text, doc)
+
+
+@dataclass(frozen=True)
+class LoadedProject:
+    """A project file (``dpql.yaml``) with its paths resolved against its folder."""
+
+    path: Path
+    policy: Path | None
+    ledger: Path | None
+
+
+def load_project(path: str | os.PathLike[str]) -> LoadedProject:
+    """Load a project file; raise DiagnosticError with every problem found."""
+    doc = _read_yaml(path)
+    model = _validate(ProjectFile, doc)
+    file = Path(os.path.realpath(path))
+    return LoadedProject(
+        file,
+        Path(os.path.realpath(file.parent / model.policy)) if model.policy else None,
+        Path(os.path.realpath(file.parent / model.ledger)) if model.ledger else None,
+    )
 
 
 # ----------------------------------------------------------------------------------------------

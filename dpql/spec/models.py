@@ -511,6 +511,21 @@ class Lifetime(_Model):
     ledger: NonEmptyStr = Field(description="Release ledger (JSONL), relative to the policy.")
 
 
+class ProjectFile(_Model):
+    """A project file (``dpql.yaml``): the policy and the lifetime ledger of every spec in its
+    folder and below, paths relative to the project file (docs/privacy.md, "The lifetime
+    ledger")."""
+
+    model_config = ConfigDict(title="dpql project file")
+
+    policy: NonEmptyStr | None = Field(None, description="Privacy policy, relative to this file.")
+    ledger: NonEmptyStr | None = Field(
+        None,
+        description="Lifetime release ledger (JSONL), relative to this file; with a policy that "
+        "names a lifetime.ledger it must be that ledger.",
+    )
+
+
 class PolicyRequire(_Model):
     public_bounds: bool = True
     delta_below_inverse_rows: bool = True
