@@ -48,6 +48,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("Privacy policy (`dpql check --policy`)", m.Policy, ""),
     ("Policy `lifetime`", m.Lifetime, "lifetime."),
     ("Policy `require`", m.PolicyRequire, "require."),
+    ("Project file (`dpql.yaml`, found above the spec)", m.ProjectFile, ""),
 )
 
 #: one line of meaning for the fields whose model gives no ``description`` ("Model.field")
@@ -215,6 +216,8 @@ EXAMPLES: dict[str, str] = {
     "Lifetime.epsilon": "epsilon: 8.0",
     "Lifetime.delta": "delta: 1.0e-5",
     "Lifetime.ledger": "ledger: privacy-ledger.jsonl",
+    "ProjectFile.policy": "policy: rules/gss.policy.yaml",
+    "ProjectFile.ledger": "ledger: rules/privacy-ledger.jsonl",
 }
 
 
