@@ -236,6 +236,7 @@ class LifetimeBudget:
     composed_releases: int = 0  # how many releases (this one included) composed by curve
     delta_limit: float | None = None
     largest_epsilon: float = 0.0  # the largest single release's epsilon (this one included)
+    allow_rdp: bool = False  # the policy's `lifetime.composition: rdp`
 
     @property
     def basic_epsilon(self) -> float:
@@ -254,7 +255,7 @@ class LifetimeBudget:
     @property
     def uses_rdp(self) -> bool:
         """Whether the reported statement is the RDP composition (else basic composition)."""
-        if self.composed_epsilon is None or self.composed_delta is None:
+        if not self.allow_rdp or self.composed_epsilon is None or self.composed_delta is None:
             return False
         rdp = (max(self.composed_epsilon, self.largest_epsilon), self.composed_delta)
         basic = (self.basic_epsilon, self.basic_delta)
@@ -317,7 +318,10 @@ def lifetime_budget(
     records: list[ReleaseRecord],
     this: ReleaseBudget,
     delta_limit: float | None = None,
+    composition: str = "basic",
 ) -> LifetimeBudget:
+    """The lifetime spend of ``records`` plus ``this`` against ``limit``: basic composition, or
+    with ``composition="rdp"`` the smaller of basic and RDP composition (both sound)."""
     composed = compose_releases(
         [(r.epsilon, r.delta, r.rdp) for r in records] + [(this.epsilon, this.delta, this.rdp)]
     )
@@ -332,6 +336,7 @@ def lifetime_budget(
         composed_releases=composed[2] if composed else 0,
         delta_limit=delta_limit,
         largest_epsilon=max([r.epsilon for r in records] + [this.epsilon]),
+        allow_rdp=composition == "rdp",
     )
 
 
@@ -359,7 +364,9 @@ def lifetime_report(
     records = read_ledger(path)
     if data is not None:
         records = [r for r in records if of_source(r, Path(path), data)]
-    return lifetime_budget(lifetime.epsilon, records, spend, lifetime.delta)
+    return lifetime_budget(
+        lifetime.epsilon, records, spend, lifetime.delta, lifetime.composition
+    )
 
 
 def check_policy(

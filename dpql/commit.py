@@ -58,7 +58,9 @@ def _enforce_policy(
         source = data if data is not None else real_path(spec.data_path)
         mine = [r for r in records if of_source(r, ledger_file, source)]
         violations = lifetime_violations(
-            lifetime_budget(lifetime.epsilon, mine, spend, lifetime.delta)
+            lifetime_budget(
+                lifetime.epsilon, mine, spend, lifetime.delta, lifetime.composition
+            )
         )
     else:
         violations = []

@@ -108,7 +108,11 @@ def _source(
     counted = own + unnamed
     cap = lifetime.epsilon if lifetime is not None else math.inf
     budget = lifetime_budget(
-        cap, counted, ReleaseBudget(0.0, 0.0, None), lifetime.delta if lifetime else None
+        cap,
+        counted,
+        ReleaseBudget(0.0, 0.0, None),
+        lifetime.delta if lifetime else None,
+        lifetime.composition if lifetime else "basic",
     )
     spent = {"epsilon": 0.0, "delta": 0.0, "composition": "none"}
     if counted:

@@ -166,14 +166,15 @@ def test_lifetime_composes_rdp_curves_not_rhos() -> None:
     curve = planned_curve(rho, delta)
     this = ReleaseBudget(epsilon=eps, delta=delta, rho=rho, rdp=curve)
     records = [_record(eps, rho=rho, rdp=curve), _record(eps, rho=rho, rdp=curve)]
-    budget = lifetime_budget(2.5 * eps, records, this)
+    assert lifetime_budget(2.5 * eps, records, this).exceeded  # basic composition by default
+    budget = lifetime_budget(2.5 * eps, records, this, composition="rdp")
     assert budget.basic_epsilon == pytest.approx(3 * eps) and not budget.exceeded
     assert eps_from_rho(3 * rho, delta) <= budget.total_epsilon < 2.5 * eps
     assert "RDP composition" in budget.describe()
     # records with only a rho (no curve) compose by basic composition: rho is never trusted
     bare = [_record(eps, rho=rho), _record(eps, rho=rho)]
-    assert lifetime_budget(2.5 * eps, bare, this).total_epsilon == pytest.approx(3 * eps)
-    assert lifetime_budget(2.5 * eps, bare, this).exceeded
+    rdp = lifetime_budget(2.5 * eps, bare, this, composition="rdp")
+    assert rdp.total_epsilon == pytest.approx(3 * eps) and rdp.exceeded
 
 
 def test_zcdp_conversion_matches_the_closed_form() -> None:

@@ -35,10 +35,8 @@ def _three_specs(folder: Path) -> list[Path]:
     return specs
 
 
-def _cap_between_two_and_three(spec: Path) -> float:
-    """A lifetime cap that two releases of ``spec`` fit and three do not. Three releases of
-    epsilon 1 compose to less than 3 (RDP composition, docs/privacy.md), so the cap sits
-    between the composed spends the policy enforces."""
+def _three_releases(spec: Path, composition: str) -> tuple[float, float]:
+    """The lifetime spend of two and of three releases of ``spec`` under ``composition``."""
     spend = planned_spend(load_spec(spec))
     one = ReleaseRecord(
         name="s",
@@ -48,10 +46,18 @@ def _cap_between_two_and_three(spec: Path) -> float:
         rdp=spend.rdp,
         time="2026-01-01T00:00:00+00:00",
     )
-    two = lifetime_budget(math.inf, [one], spend).total_epsilon
-    three = lifetime_budget(math.inf, [one, one], spend).total_epsilon
-    assert two < three
-    return (two + three) / 2
+    two = lifetime_budget(math.inf, [one], spend, composition=composition).total_epsilon
+    three = lifetime_budget(math.inf, [one, one], spend, composition=composition).total_epsilon
+    return two, three
+
+
+def test_epsilons_add_against_a_cap_unless_the_policy_composes_by_rdp(tmp_path: Path) -> None:
+    """Three epsilon-1 releases spend 3 of a basic cap (the default: what a custodian reads a
+    cap to mean); ``composition: rdp`` enforces the smaller, still sound, RDP composition."""
+    (spec,) = _three_specs(tmp_path)[:1]
+    assert _three_releases(spec, "basic") == pytest.approx((2.0, 3.0))
+    two, three = _three_releases(spec, "rdp")
+    assert 1.0 < two < three < 2.5
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -66,7 +72,7 @@ def test_three_specs_of_one_data_file_share_the_policy_found_beside_them(
 ) -> None:
     folder = tmp_path / "project"
     specs = _three_specs(folder)
-    cap = _cap_between_two_and_three(specs[0])
+    cap = 2.5  # three releases of epsilon 1 each: the third passes the cap
     policy = folder / "policy.yaml"  # the ledger does not exist yet: compile creates it
     policy.write_text(POLICY.format(cap=cap), encoding="utf-8")
     ledger = folder / "privacy-ledger.jsonl"

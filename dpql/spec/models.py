@@ -509,6 +509,12 @@ class Lifetime(_Model):
         "the summed delta is reported but not capped.",
     )
     ledger: NonEmptyStr = Field(description="Release ledger (JSONL), relative to the policy.")
+    composition: Literal["basic", "rdp"] = Field(
+        "basic",
+        description="How releases add up against the cap: `basic` (default), epsilons and deltas "
+        "add, the reading every custodian shares; `rdp`, also the tighter composition of the "
+        "releases' RDP curves, enforced when it gives the smaller epsilon.",
+    )
 
 
 class ProjectFile(_Model):
