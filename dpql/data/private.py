@@ -57,7 +57,12 @@ class DataSource:
         return cls(spec.data_path, spec.domain, spec.rows, "memory", None, missing, other, data)
 
     def _options(self) -> dict[str, Any]:
-        return {"fmt": self.fmt, "missing": self.missing, "other": self.other}
+        return {
+            "fmt": self.fmt,
+            "missing": self.missing,
+            "other": self.other,
+            "max_rows": self.rows,
+        }
 
 
 class PrivateTable:
@@ -83,7 +88,9 @@ class PrivateTable:
         return open_private_rows(s.path, s.domain, engine=s.engine, **s._options())
 
     def public_table(self, path: Path) -> EncodedTable:
-        return load_table(path, self.source.domain).table
+        """A public table (an external synthetic one) read and encoded with the spec's rules."""
+        s = self.source
+        return load_table(path, s.domain, missing=s.missing, other=s.other).table
 
     def curator_summary(self) -> CuratorSummary:
         """CURATOR-ONLY facts (true row count, clip counts): never part of a release."""

@@ -55,6 +55,7 @@ def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
         else:
             out += _categorical_checks(col, here, doc)
         out += _missing_checks(col, spec.missing, here, doc)
+    out += _error_rule_checks(spec, doc)
     out += _drop_requirement_checks(spec, doc)
     out += _privacy_checks(spec, doc)
     data = spec.data
@@ -220,6 +221,32 @@ def _categorical_checks(col: CategoricalSpec, here: Path_, doc: YamlDoc) -> list
             )
         )
     return out
+
+
+_NO_ERROR_RULE = (
+    "use missing: keep (missingness becomes a public null value, synthesized and written back "
+    "as an empty cell), drop (the row is left out; data.rows stays the public count), fill (a "
+    "public value) or, for a categorical column, other (its catch-all category); run "
+    "'dpql validate SPEC' (curator-only) for the strict look at empty and undeclared cells"
+)
+
+
+def _error_rule_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
+    """E109 for ``missing: error``: whether a release happens would depend on one record."""
+    where: list[tuple[str | int, ...]] = []
+    if "missing" in spec.model_fields_set and spec.missing == "error":
+        where.append(("missing",))
+    where += [("schema", n, "missing") for n, c in spec.columns.items() if c.missing == "error"]
+    return [
+        Diagnostic(
+            "E109",
+            "missing: error is not a rule: a release that fails on one empty or undeclared "
+            "cell reveals that cell's row",
+            doc.value_pos(path),
+            _NO_ERROR_RULE,
+        )
+        for path in where
+    ]
 
 
 def _missing_checks(

@@ -5,10 +5,13 @@ across fields (min < max, edges covering the bounds, budget form, split phases, 
 rules) run afterwards in :mod:`dpql.spec.load`, where every problem gets a source position.
 ``spec/release.schema.json`` and ``spec/policy.schema.json`` are generated from these models.
 
-Missing values (the ``missing`` keys). A top-level ``missing: error | drop`` is the default for
-every column; a column may override it with its own ``missing``:
+Missing values (the ``missing`` keys). A top-level ``missing: keep | drop`` is the default for
+every column (``keep`` when absent); a column may override it with its own ``missing``. A cell is
+missing when it is empty, and also when it cannot be read as a value of the column (a number that
+does not parse or is not finite, a category not among ``values`` with no ``other``, every cell
+of a malformed CSV row; :mod:`dpql.codec`), so every rule is total: no cell makes a release fail
+(design invariant 6). ``dpql validate`` is the curator's strict look at such cells.
 
-* ``error`` (default): a missing value in the data is an input error (E4xx, data layer);
 * ``drop``: a row with a missing value in this column is left out of every measurement: it
   contributes zero to every sum, and averages are still divided by the public n. ``data.rows``
   stays the file's public row count (or another public figure) and must never depend on the
@@ -21,9 +24,11 @@ every column; a column may override it with its own ``missing``:
   ``values``, or a number in ``[min, max]``);
 * ``other`` (categorical only): map to the column's declared ``other`` category, the catch-all
   that also receives values not listed in ``values``;
-* ``keep``: missingness is a public state of the column, one extra code after its values (a
+* ``keep`` (default): missingness is a public state of the column, one extra code after its values (a
   null category) or bins (a null bin), present whether or not the data has missing cells; it
-  is measured and synthesized like any other value and written back as an empty cell.
+  is measured and synthesized like any other value and written back as an empty cell;
+* ``error`` is no longer a rule: whether a release happens would depend on one record. A spec
+  that says it gets a located error (E109) naming the rules above and ``dpql validate``.
 
 Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
 is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
@@ -474,7 +479,9 @@ class ReleaseSpec(_Model):
     data: DataSpec
     columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1, max_length=MAX_COLUMNS)
     missing: Literal["error", "drop", "keep"] = Field(
-        "error", description="Default missing-value rule of every column."
+        "keep",
+        description="Default missing-value rule of every column ('error' is refused: use "
+        "dpql validate for the strict look at the data).",
     )
     privacy: PrivacySpec
     workload: list[DslStr] = Field(
