@@ -195,6 +195,7 @@ def _split_text(plan: Any) -> str:
     )
     if split.weighted:
         how += "; split across requirements by their weights"
+
     def pilot(req: Any) -> str:
         sd = pilot_sd(req)
         # the release measures the real-table accuracy of the model compile fits on the
@@ -208,9 +209,8 @@ def _split_text(plan: Any) -> str:
     ]
     if split.test_share > 0:
         parts.append(f"acceptance tests: rho {_fmt(float(split.test_share) * rho)}")
-    return (
-        f"post-processing: {100 * float(split.share):.3g}% of the budget ({how}); "
-        + "; ".join(parts)
+    return f"post-processing: {100 * float(split.share):.3g}% of the budget ({how}); " + "; ".join(
+        parts
     )
 
 
@@ -599,6 +599,20 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 # evaluate
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    """The curator's strict look at the data (exit 1 when anything needed a rule)."""
+    from dpql.data.validate import render, validate
+    from dpql.spec.load import load_spec
+
+    spec = load_spec(args.spec)
+    found = validate(spec)
+    if args.format == "json":
+        print(json.dumps(found.to_json(args.show_values), indent=2))
+    else:
+        print(render(found, spec.domain, args.show_values))
+    return EXIT_OK if found.clean else EXIT_INPUT
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dpql.evaluate.cli import run_evaluate
 
@@ -723,6 +737,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_keygen)
+
+    s = sub.add_parser(
+        "validate",
+        help="curator-only strict look at the data: empty, undeclared and unreadable cells, "
+        "malformed rows, with row numbers (outside the DP guarantee; never publish)",
+    )
+    s.add_argument("spec")
+    s.add_argument("--show-values", action="store_true", help="also list the offending values")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser(
         "evaluate", help="curator-only utility report (uses private data; never publish)"

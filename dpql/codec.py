@@ -14,8 +14,9 @@ on one record), so the rules only say which value a cell becomes:
 * a cell is *empty* when it is null/NaN or blank text (``"?"`` is an ordinary category);
 * a numeric cell stored as text is read as a decimal number (``NUMBER_PATTERN``); anything else
   (``"abc"``, ``"NaN"``, ``"inf"``, a decimal that overflows a double, such as one of 4,300
-  digits) is *unreadable*, as is a stored infinity (a stored NaN is empty). A finite number is taken as written,
-  also in an integer column (``39.5`` stays 39.5: ``integer`` only rounds decoded values);
+  digits) is *unreadable*, as is a stored infinity (a stored NaN is empty). A finite number
+  is taken as written, also in an integer column (``39.5`` stays 39.5: ``integer`` only rounds
+  decoded values);
 * a categorical cell not among the declared values is *undeclared*: it becomes the column's
   ``other`` catch-all when the spec names one, else it is unreadable;
 * an unreadable cell is treated as missing, like an empty one, under the column's

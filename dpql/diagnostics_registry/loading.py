@@ -209,7 +209,9 @@ ENTRIES.error(
     PLANS,
     CHECKS,
     "dpql.synth.gan.backend",
-    details="missing-value rule invalid: `missing: other` without an `other` category, "
+    details="missing-value rule invalid: `missing: error` (refused: a release would depend on "
+    "one record; use keep, drop, fill or other, and `dpql validate` for the strict look), "
+    "`missing: other` without an `other` category, "
     "`missing: fill` without `fill`, a `fill`/`other` value outside the column's domain, "
     "`missing: keep` with the gan synthesizer (refused by its plan)",
     points="the rule or value",

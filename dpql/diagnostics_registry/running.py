@@ -39,12 +39,13 @@ ENTRIES.error(
 )
 ENTRIES.error(
     "E403",
-    "data file is empty, or no rows are left after dropping missing values",
+    "data file is empty or has no rows",
     READS_DATA,
     DATA_LOAD,
     "dpql.data.frame",
     SQL_ENGINE,
-    details="data file is empty, has no rows, or no rows are left after `missing: drop`",
+    details="data file is empty, has no header line or no rows (no rows left after "
+    "`missing: drop` is not an error: a release never depends on one record)",
     points="the file",
 )
 ENTRIES.error(
@@ -58,33 +59,30 @@ ENTRIES.error(
 )
 ENTRIES.error(
     "E405",
-    "categorical cells with values not declared in the schema (and no 'other' catch-all)",
+    "categorical cells with values not declared in the schema (no longer an error)",
     READS_DATA,
-    CODEC,
-    details="a categorical column has cells whose value is not among its `values` and no "
-    "`other` catch-all: the number of such rows and a row; the hint suggests "
-    "`schema.COLUMN.other` (a catch-all chosen without looking at the data), never adding the "
-    "value",
-    points="that row",
+    details="no longer reported: an undeclared category goes to the column's `other` "
+    "catch-all, else it is a missing cell under the column's rule; `dpql validate` lists such "
+    "cells",
+    reserved=True,
 )
 ENTRIES.error(
     "E406",
-    "a numeric cell is not a finite number, or a column's storage type cannot hold it",
+    "a column's storage type cannot hold it",
     READS_DATA,
     CODEC,
-    details="a numeric cell is not a finite number (the number of such rows and a row, not the "
-    "cell), or a column's storage type cannot hold the column",
-    points="that row, or the file",
+    details="a column's storage type cannot hold it (e.g. a Parquet boolean for a numeric "
+    "column); a cell that is not a finite number is no longer an error but a missing cell under "
+    "the column's rule (`dpql validate` lists them)",
+    points="the file",
 )
 ENTRIES.error(
     "E407",
-    "missing values in a column whose missing-value rule is 'error'",
+    "missing values in a column whose missing-value rule is 'error' (no longer an error)",
     READS_DATA,
-    CODEC,
-    details="missing cells in a column whose missing-value rule is `error`: their number and the "
-    "first row; the hint gives `drop` (n stays the public `data.rows`), `fill` and, for "
-    "categorical columns, `other`",
-    points="the first such row",
+    details="no longer reported: `missing: error` is refused in the spec (`E109`); "
+    "`dpql validate` lists empty cells",
+    reserved=True,
 )
 ENTRIES.error(
     "E408",
@@ -103,9 +101,20 @@ ENTRIES.error(
     "dpql.data.header",
     DUCKDB,
     SPARK,
-    details="the file is malformed (CSV syntax such as a row with the wrong number of fields, "
-    "gzip, Parquet, text encoding); the reader's own message only with `--show-values`",
+    details="the file as a whole is malformed (gzip, Parquet, a header that is not UTF-8 or "
+    "names a column twice), or a line is longer than 8 MiB; a malformed record (wrong number of "
+    "fields, bytes that are not UTF-8) is not an error but a row of empty cells; the reader's own "
+    "message only with `--show-values`",
     points="the line, when known",
+)
+ENTRIES.error(
+    "E411",
+    "the data file has more rows than data.rows",
+    READS_DATA,
+    DATA_LOAD,
+    details="the data file has more rows than the public `data.rows` (reading stops there, so "
+    "a file that expands without end, such as a gzip bomb, is refused early)",
+    points="the file",
 )
 ENTRIES.error(
     "E410",

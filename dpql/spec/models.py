@@ -24,9 +24,9 @@ of a malformed CSV row; :mod:`dpql.codec`), so every rule is total: no cell make
   ``values``, or a number in ``[min, max]``);
 * ``other`` (categorical only): map to the column's declared ``other`` category, the catch-all
   that also receives values not listed in ``values``;
-* ``keep`` (default): missingness is a public state of the column, one extra code after its values (a
-  null category) or bins (a null bin), present whether or not the data has missing cells; it
-  is measured and synthesized like any other value and written back as an empty cell;
+* ``keep`` (default): missingness is a public state of the column, one extra code after its
+  values (a null category) or bins (a null bin), present whether or not the data has missing
+  cells; it is measured and synthesized like any other value and written back as an empty cell;
 * ``error`` is no longer a rule: whether a release happens would depend on one record. A spec
   that says it gets a located error (E109) naming the rules above and ``dpql validate``.
 
