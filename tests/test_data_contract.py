@@ -114,7 +114,9 @@ def _read(kind: str, path: Path, rule: str, spark_session=None):
         return InMemoryEngine.from_file(path, domain, missing=missing, other=other, max_rows=30)
     if kind == "duckdb":
         return DuckDBEngine(path, domain, missing=missing, other=other, max_rows=30, threads=1)
-    return SparkEngine(path, domain, missing=missing, other=other, max_rows=30, session=spark_session)
+    return SparkEngine(
+        path, domain, missing=missing, other=other, max_rows=30, session=spark_session
+    )
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))
