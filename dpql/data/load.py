@@ -158,9 +158,12 @@ def file_sha256(path: Path) -> str:
 
 
 def _open_binary(path: Path) -> IO[bytes]:
-    """The file's bytes, decompressed when it starts with the gzip magic number."""
+    """The file's bytes, decompressed when it starts with the gzip magic number (E409 when it is
+    named ``*.gz`` and does not: the other engines go by the name)."""
     with path.open("rb") as f:
         gzipped = f.read(2) == b"\x1f\x8b"
+    if not gzipped and path.name.lower().endswith(".gz"):
+        raise error("E409", f"cannot decode '{path}' as csv: not a gzip file", path)
     return gzip.open(path, "rb") if gzipped else path.open("rb")
 
 
