@@ -60,6 +60,15 @@ def _spec_with_blanks(tmp_path: Path, epsilon: float = 1.0) -> Path:
     text = re.sub(r"epsilon: 1\.0", f"epsilon: {epsilon}", text)
     for col in BLANK:
         text = re.sub(rf"(\n  {col}:\s*\{{)(.*)\}}", r"\1\2, missing: keep}", text)
+    # the other columns fill (keep is the default; fill leaves them out of the null state and,
+    # unlike drop, lets requirements over them be estimated)
+    model = dpql.load_spec(ADULT / "adult.release.yaml").model
+    for name, col in model.columns.items():
+        if name not in BLANK:
+            fill = col.min if col.type == "numeric" else f'"{col.values[0]}"'  # type: ignore[union-attr]
+            text = re.sub(
+                rf"(\n  {name}:\s*\{{)(.*)\}}", rf"\1\2, missing: fill, fill: {fill}}}", text
+            )
     # requirements over a kept column are refused (see test_requirement_on_kept_column_...)
     req = "\nrequirements:\n  - corr(age, education_num) within 0.05\n"
     text = re.sub(r"\nrequirements:\n(  - .*\n)+", req, text)
@@ -117,7 +126,7 @@ def test_drop_refuses_requirements_that_need_every_row(tmp_path: Path) -> None:
     text = spec.read_text().replace("missing: keep", "missing: drop")
     req = (
         "requirements:\n  - corr(age, education_num) within 0.05\n"
-        "  - mean(age) within 1\n  - mean(age | sex == \"Female\") within 1\n"
+        '  - mean(age) within 1\n  - mean(age | sex == "Female") within 1\n'
         "  - count(age > 40) within 0.01\n"
     )
     text = re.sub(r"requirements:\n(  - .*\n)+", req, text)
