@@ -61,9 +61,9 @@ ENTRIES.error(
     "E405",
     "categorical cells with values not declared in the schema (no longer an error)",
     READS_DATA,
-    details="no longer reported: an undeclared category goes to the column's `other` "
-    "catch-all, else it is a missing cell under the column's rule; `dpql validate` lists such "
-    "cells",
+    details="categorical cells with values not declared in the schema: an undeclared category "
+    "now goes to the column's `other` catch-all, else it is a missing cell under the column's "
+    "rule; `dpql validate` lists such cells",
     reserved=True,
 )
 ENTRIES.error(
@@ -80,8 +80,8 @@ ENTRIES.error(
     "E407",
     "missing values in a column whose missing-value rule is 'error' (no longer an error)",
     READS_DATA,
-    details="no longer reported: `missing: error` is refused in the spec (`E109`); "
-    "`dpql validate` lists empty cells",
+    details="missing values under `missing: error`: that rule is now refused in the spec "
+    "(`E109`); `dpql validate` lists empty cells",
     reserved=True,
 )
 ENTRIES.error(
