@@ -14,7 +14,7 @@ import pytest
 from adult_domain import adult_domain, adult_rows
 
 from dpql.codec import Fill
-from dpql.data.load import load_table, read_csv_text, rules_from_spec
+from dpql.data.load import load_public_table, load_table, read_csv_text, rules_from_spec
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
 
@@ -116,3 +116,21 @@ def test_adult_train_loads_without_problems() -> None:
     assert r.table.n == adult_rows() == r.curator_log.rows_kept
     assert not (r.curator_log.missing or r.curator_log.undeclared or r.curator_log.clipped_low)
     assert np.all(r.table.scaled["age"] <= 1.0)
+
+
+def test_a_public_table_is_read_strictly(tmp_path: Path) -> None:
+    """An external synthetic table is public: a cell outside the schema is an error (E412)
+    that names the row, the column and the value."""
+    ok = write(tmp_path, "ok.csv", "x,c\n1,a\n7,b\n")
+    assert load_public_table(ok, DOMAIN).table.n == 2
+    for body, said in [
+        ("x,c\n1,a\n7,zz\n", "'c' row 2 holds 'zz'"),
+        ("x,c\n1,a\nabc,b\n", "'x' row 2 holds 'abc'"),
+        ("x,c\n1,a\n,b\n", "'x' row 2 is empty"),
+        ("x,c\n1,a\n70,b\n", "'x' row 2 is above"),
+        ("x,c\n1,a\n7,b,3\n", "row 2 is malformed"),
+    ]:
+        with pytest.raises(DiagnosticError) as err:
+            load_public_table(write(tmp_path, "bad.csv", body), DOMAIN)
+        assert set(err.value.codes) == {"E412"}, body
+        assert said in err.value.diagnostics[0].message, body

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
 from dpql.evaluate import MissingExtraError, build_report
 from dpql.plan.ir import (
@@ -177,12 +176,10 @@ def test_html_parses_and_links_real_plots(written: tuple[Path, dict]) -> None:
         assert pixels[..., :3].var() > 1e-3  # not blank
 
 
-def test_unknown_category_is_rejected() -> None:
-    bad = SYNTH.assign(b=["p", "p", "q", "zzz"])
-    with pytest.raises(DiagnosticError) as e:
-        build_report(DOMAIN, REAL, bad, QUERIES, [])
-    d = e.value.diagnostics[0]  # values only in the curator-only field (dpql.codec)
-    assert e.value.codes == ["E405"] and "zzz" not in d.message and "zzz" in (d.values or "")
+def test_unknown_category_follows_the_missing_rule() -> None:
+    bad = SYNTH.assign(b=["p", "p", "q", "zzz"])  # no rule, not nullable: the row is dropped
+    dropped = build_report(DOMAIN, REAL, bad, QUERIES, [])
+    assert dropped.to_json() == build_report(DOMAIN, REAL, SYNTH.head(3), QUERIES, []).to_json()
 
 
 def test_missing_extra_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,15 +128,15 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypa
         assert re.search(rf"requirement {re.escape(r['requirement'])}: {r['verdict']}", printed)
 
 
-def test_external_table_with_a_missing_value_is_a_clear_error(tmp_path: Path, capsys) -> None:
-    df = pd.read_csv(EXAMPLE / "external_synthetic.csv.gz")
-    df.loc[7, "hours_per_week"] = None
+def test_external_table_with_a_bad_value_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    df = pd.read_csv(EXAMPLE / "external_synthetic.csv.gz", dtype=str)
+    df.loc[7, "hours_per_week"] = "abc"  # the table is public: strict, unlike the private one
     bad = tmp_path / "external.csv.gz"
     with gzip.open(bad, "wt") as f:
         df.to_csv(f, index=False)
     assert main(["compile", str(_spec_in(tmp_path, bad)), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert "error[E4" in err and "hours_per_week" in err and "Traceback" not in err
+    assert "error[E412]" in err and "hours_per_week" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

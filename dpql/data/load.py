@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
-from dpql.codec import EncodingResult, Fill, MissingPolicy, encode_frame
+from dpql.codec import EncodingResult, Fill, MissingPolicy, encode_frame, inspect_frame
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import Domain
 
@@ -340,12 +340,17 @@ def read_parquet(path: Path, max_rows: int | None = None) -> pd.DataFrame:
         ) from None
 
 
-def read_frame(
+def read_frame(path: Path, fmt: DataFormat, max_rows: int | None = None) -> pd.DataFrame:
+    """The raw table (see :func:`read_records`)."""
+    return read_records(path, fmt, max_rows)[0]
+
+
+def read_records(
     path: Path, fmt: DataFormat, max_rows: int | None = None
 ) -> tuple[pd.DataFrame, np.ndarray]:
     """The raw table and its malformed record numbers: CSV cells as text (no type guessing,
-    nothing read as missing except blank cells), Parquet with its stored types. Raises
-    E401/E403/E409/E411, never for one record."""
+    nothing read as missing except blank cells, a malformed record as a row of empty cells),
+    Parquet with its stored types. Raises E401/E403/E409/E411, never for one record."""
     check_readable(path)
     if fmt == "parquet":
         frame, malformed = read_parquet(path, max_rows), np.zeros(0, dtype=np.int64)
@@ -371,11 +376,55 @@ def load_table(
     carries the file's SHA-256. ``max_rows``: the public ``data.rows`` (E411 beyond it)."""
     path = Path(path)
     fmt = data_format(path, fmt)
-    frame, malformed = read_frame(path, fmt, max_rows)
+    frame, malformed = read_records(path, fmt, max_rows)
     result = encode_frame(
         frame, domain, missing, other, source=str(path), malformed_rows=len(malformed)
     )
     return replace(result, curator_log=replace(result.curator_log, sha256=file_sha256(path)))
+
+
+def load_public_table(
+    path: Path | str,
+    domain: Domain,
+    *,
+    missing: Mapping[str, MissingPolicy] | None = None,
+    other: Mapping[str, str] | None = None,
+) -> EncodingResult:
+    """Read and encode a *public* table (an external synthetic one) strictly: its cells are
+    public, so an empty cell outside a nullable column, a number that is not finite or out of
+    bounds, a category not declared (with no ``other``) or a malformed record is an error
+    (E412) that names the row, the column and the value."""
+    path = Path(path)
+    frame, malformed = read_records(path, data_format(path))
+    problems = [f"row {int(r)} is malformed (wrong number of fields)" for r in malformed[:5]]
+    nullable = {c.name for c in domain if c.nullable}
+    for c in inspect_frame(frame, domain, missing, other, source=str(path)):
+        examples = {r: v for v, _, r in c.examples}
+        if c.unreadable and (
+            c.column not in (other or {}) or domain[c.column].kind != "categorical"
+        ):
+            row = c.rows["unreadable"][0]
+            value = examples.get(row)
+            problems.append(f"column '{c.column}' row {row} holds {value!r}, not a declared value")
+        if c.empty and c.column not in nullable:
+            problems.append(f"column '{c.column}' row {c.rows['empty'][0]} is empty")
+        for kind in ("below", "above"):
+            if getattr(c, kind):
+                problems.append(f"column '{c.column}' row {c.rows[kind][0]} is {kind} its bounds")
+    if problems:
+        raise DiagnosticError(
+            [
+                Diagnostic(
+                    "E412",
+                    f"the public table '{path}' does not fit the schema: {problem}",
+                    SourcePos(str(path)),
+                    "the external table must hold only the schema's values (empty cells only "
+                    "in missing: keep columns)",
+                )
+                for problem in problems
+            ]
+        )
+    return encode_frame(frame, domain, missing, other, source=str(path))
 
 
 def rules_from_spec(spec: ReleaseSpec) -> tuple[dict[str, MissingPolicy], dict[str, str]]:

@@ -66,6 +66,7 @@ class CuratorSummary:
             "clipped_low": dict(log.clipped_low),
             "clipped_high": dict(log.clipped_high),
             "ignored_columns": list(log.ignored_columns),
+            "malformed_rows": log.malformed_rows,
             "distinct_queries_answered": self.distinct_queries_answered,
         }
 

@@ -19,7 +19,7 @@ from typing import Any
 from dpql.codec import MissingPolicy
 from dpql.data.engines import InMemoryEngine, open_engine
 from dpql.data.frame import encode_dataframe
-from dpql.data.load import load_table, rules_from_spec
+from dpql.data.load import load_public_table, rules_from_spec
 from dpql.data.measure import CuratorSummary, PrivateMeasurer
 from dpql.data.rows import open_private_rows
 from dpql.domain import Domain, EncodedTable
@@ -88,9 +88,9 @@ class PrivateTable:
         return open_private_rows(s.path, s.domain, engine=s.engine, **s._options())
 
     def public_table(self, path: Path) -> EncodedTable:
-        """A public table (an external synthetic one) read and encoded with the spec's rules."""
+        """A public table (an external synthetic one), read strictly (E412)."""
         s = self.source
-        return load_table(path, s.domain, missing=s.missing, other=s.other).table
+        return load_public_table(path, s.domain, missing=s.missing, other=s.other).table
 
     def curator_summary(self) -> CuratorSummary:
         """CURATOR-ONLY facts (true row count, clip counts): never part of a release."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpql.codec import MAX_EXAMPLES, ColumnIssues, Fill, MissingPolicy, inspect_frame
-from dpql.data.load import data_format, read_frame
+from dpql.data.load import data_format, read_records
 from dpql.data.private import DataSource
 from dpql.domain import CategoricalColumn, Domain
 from dpql.spec.load import LoadedSpec
@@ -81,7 +81,7 @@ def validate(spec: LoadedSpec) -> Validation:
     E401-E411, the file-level refusals of ``dpql compile``)."""
     source = DataSource.from_spec(spec)
     fmt = data_format(source.path, source.fmt)  # type: ignore[arg-type]
-    frame, malformed = read_frame(source.path, fmt, max_rows=source.rows)
+    frame, malformed = read_records(source.path, fmt, max_rows=source.rows)
     issues = inspect_frame(
         frame, source.domain, source.missing, source.other, source=str(source.path)
     )

@@ -128,6 +128,17 @@ ENTRIES.error(
     points="the file",
 )
 
+ENTRIES.error(
+    "E412",
+    "an external (public) table does not fit the schema",
+    COMPILE,
+    DATA_LOAD,
+    details="an external synthesizer's table (public) has a cell outside the schema: a value "
+    "not declared, a number not finite or out of bounds, an empty cell outside a `missing: "
+    "keep` column, or a malformed row; the message names the row, the column and the value",
+    points="the file",
+)
+
 # ------------------------------------------------------------------------------------------------
 # requirements and post-processing (E5xx, W5xx)
 

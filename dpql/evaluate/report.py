@@ -217,7 +217,8 @@ def build_report(
     ``workers`` threads (default: the CPU count, at most 4); the scores do not depend on it.
 
     Tables are encoded by the release codec (:func:`dpql.codec.encode_frame`) with the spec's
-    ``missing`` and ``other`` rules; a cell it cannot encode raises its ``DiagnosticError``.
+    ``missing`` and ``other`` rules (an unreadable or undeclared cell follows them; the
+    codec raises only for the schema and the rules).
     With ``output_dir`` the report is also written there (:func:`write_report`). ``progress``
     is called as ``progress(step, done, total)`` during the long steps. Raises
     :class:`~dpql.evaluate.MissingExtraError` up front if scikit-learn or matplotlib is missing.
