@@ -179,15 +179,49 @@ def _lines(f: IO[bytes], path: Path) -> Iterator[str]:
             return
         number += 1
         if len(line) > MAX_LINE_BYTES:
-            raise error(
-                "E409",
-                f"line {number} of '{path}' is longer than {MAX_LINE_BYTES >> 20} MiB",
-                path,
-                "a data file holds one record per line; check that it is CSV with line breaks",
-            )
+            raise _line_too_long(path, number)
         if number == 1 and line.startswith(b"\xef\xbb\xbf"):
             line = line[3:]
         yield line.decode("utf-8", "surrogateescape")
+
+
+def _line_too_long(path: Path, number: int) -> DiagnosticError:
+    return error(
+        "E409",
+        f"line {number} of '{path}' is longer than {MAX_LINE_BYTES >> 20} MiB",
+        path,
+        "a data file holds one record per line; check that it is CSV with line breaks",
+    )
+
+
+def check_line_lengths(path: Path) -> None:
+    """E409 at the first line longer than :data:`MAX_LINE_BYTES`, found in one pass over the
+    (decompressed) bytes in blocks; for the SQL engines, whose readers skip or truncate such a
+    line instead of refusing the file as :func:`read_csv_text` does."""
+    block_size = 4 * MAX_LINE_BYTES
+    run, lines = 0, 1  # bytes since the last line break; the current line's number
+    try:
+        with _open_binary(path) as f:
+            while block := f.read(block_size):
+                breaks = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+                if not len(breaks):
+                    run += len(block)
+                else:
+                    gaps = np.diff(breaks, prepend=-1 - run)
+                    if gaps.max() > MAX_LINE_BYTES:
+                        raise _line_too_long(path, lines + int(np.argmax(gaps > MAX_LINE_BYTES)))
+                    lines += len(breaks)
+                    run = len(block) - 1 - int(breaks[-1])
+                if run > MAX_LINE_BYTES:
+                    raise _line_too_long(path, lines)
+    except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as e:
+        raise error(
+            "E409",
+            f"cannot decode '{path}' as csv: {_decode_problem(e)}",
+            path,
+            "CSV files must be UTF-8 text, optionally gzip-compressed; " + SHOW_MESSAGE,
+            reader_message(e),
+        ) from None
 
 
 def _malformed(record: list[str], width: int) -> bool:

@@ -21,7 +21,7 @@ from dpql.codec import (
 )
 from dpql.data import sql
 from dpql.data.engines.base import STREAM_ROWS
-from dpql.data.load import DataFormat, error, file_sha256, too_many_rows
+from dpql.data.load import DataFormat, check_line_lengths, error, file_sha256, too_many_rows
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.ir import Marginal, Query
 
@@ -82,6 +82,8 @@ class _SQLEngine:
         )
         if max_rows is not None and self._count_upto(max_rows + 1) > max_rows:
             raise too_many_rows(path, max_rows)  # checked before the scan: a bomb stops here
+        if fmt == "csv":
+            check_line_lengths(path)
 
         malformed = self._malformed()
         if malformed is None and fmt == "csv":
