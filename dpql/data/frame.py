@@ -47,17 +47,11 @@ def encode_dataframe(
     other: Mapping[str, str] | None = None,
 ) -> EncodingResult:
     """Encode ``df`` as the private table; the curator log carries :func:`frame_sha256`.
-    Raises the codec's ``DiagnosticError`` (E403-E408) naming the frame and row."""
+    Total over cells, as for a file (:mod:`dpql.codec`): raises ``DiagnosticError`` only for a
+    frame of no rows (E403) or the frame's schema and the rules (E404, E406, E408)."""
     if len(df) == 0:
         raise error("E403", "the DataFrame has no rows", FRAME_SOURCE)
     result = encode_frame(df.reset_index(drop=True), domain, missing, other, source=FRAME_SOURCE)
-    if result.table.n == 0:
-        raise error(
-            "E403",
-            "no rows of the DataFrame are left after dropping missing values",
-            FRAME_SOURCE,
-            "check the columns whose missing-value rule is 'drop'",
-        )
     log: CuratorLog = result.curator_log
     return EncodingResult(
         result.table,
