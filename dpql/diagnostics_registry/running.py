@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dpql.diagnostics_registry.base import (
     COMPILE,
+    DATA_FILE,
     EVALUATE,
     KEYGEN,
     PLANS,
@@ -26,21 +27,21 @@ DUCKDB, SPARK = "dpql.data.engines.duckdb", "dpql.data.engines.spark"
 ENTRIES.error(
     "E401",
     "data file cannot be opened (missing, a directory, no permission)",
-    READS_DATA,
+    DATA_FILE,
     DATA_LOAD,
     points="the file",
 )
 ENTRIES.error(
     "E402",
     "data format cannot be inferred from the file name",
-    READS_DATA,
+    DATA_FILE,
     DATA_LOAD,
     points="the file",
 )
 ENTRIES.error(
     "E403",
     "data file is empty or has no rows",
-    READS_DATA,
+    DATA_FILE,
     DATA_LOAD,
     "dpql.data.frame",
     SQL_ENGINE,
@@ -51,7 +52,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E404",
     "a column declared in the schema is absent from the data",
-    READS_DATA,
+    DATA_FILE,
     CODEC,
     details="a column declared in the schema is absent from the data (the data's other column "
     "names are shown only with `--show-values`)",
@@ -60,7 +61,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E405",
     "categorical cells with values not declared in the schema (no longer an error)",
-    READS_DATA,
+    DATA_FILE,
     details="categorical cells with values not declared in the schema: an undeclared category "
     "now goes to the column's `other` catch-all, else it is a missing cell under the column's "
     "rule; `dpql validate` lists such cells",
@@ -69,7 +70,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E406",
     "a column's storage type cannot hold it",
-    READS_DATA,
+    DATA_FILE,
     CODEC,
     details="a column's storage type cannot hold it (e.g. a Parquet boolean for a numeric "
     "column); a cell that is not a finite number is no longer an error but a missing cell under "
@@ -79,7 +80,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E407",
     "missing values in a column whose missing-value rule is 'error' (no longer an error)",
-    READS_DATA,
+    DATA_FILE,
     details="missing values under `missing: error`: that rule is now refused in the spec "
     "(`E109`); `dpql validate` lists empty cells",
     reserved=True,
@@ -87,7 +88,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E408",
     "missing-value rule names an unknown column or a value outside the domain",
-    READS_DATA,
+    DATA_FILE,
     CODEC,
     details="a missing-value rule names an unknown column, or a `fill`/`other` value outside the "
     "domain (public spec values; the spec loader's `E109` catches these first)",
@@ -96,7 +97,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E409",
     "data file is malformed (CSV syntax, gzip, Parquet, text encoding)",
-    (*READS_DATA, "init"),
+    (*DATA_FILE, "init"),
     DATA_LOAD,
     "dpql.data.header",
     DUCKDB,
@@ -110,7 +111,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E411",
     "the data file has more rows than data.rows",
-    READS_DATA,
+    DATA_FILE,
     DATA_LOAD,
     details="the data file has more rows than the public `data.rows` (reading stops there, so "
     "a file that expands without end, such as a gzip bomb, is refused early)",
