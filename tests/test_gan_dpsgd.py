@@ -287,7 +287,7 @@ def test_large_in_memory_tables_are_sampled_on_the_host_too(monkeypatch):
     monkeypatch.setattr(train, "_train_wgan", phase)
     monkeypatch.setattr(train, "sample", None)
     options = GanOptions.from_mapping(
-        {"ae_steps": 5, "critic_steps": 5, "noise_multipliers": [2.0, 2.0]}
+        {"preset": "paper", "ae_steps": 5, "critic_steps": 5, "noise_multipliers": [2.0, 2.0]}
     )
     plan = plan_gan(options, 600, SimpleNamespace(epsilon=1e3, delta=1e-5))
     small, large = _table(100, 2), _table(600, 3)

@@ -162,8 +162,8 @@ def test_selection_is_public_and_limited_to_the_workload_and_encoding(tmp_path):
     assert fallback[: len(d)] == ones and len(fallback) > len(d)
     assert all(len(q.columns) == 2 for q in fallback[len(d):])
     assert chosen(pairs3, marginal_ways=1) == ones
-    assert marginal_queries(d, pairs3, GanOptions.from_mapping({"marginal_share": 0.2}),
-                            rho, n) == ones  # minmax: raking only  # fmt: skip
+    minmax = GanOptions.from_mapping({"encoding": "minmax", "marginal_share": 0.2})
+    assert marginal_queries(d, pairs3, minmax, rho, n) == ones  # minmax: raking only
     base = chosen(pairs3)
     assert len(chosen(pairs3, marginal_noise_limit=5.0)) > len(base) > len(ones)
     assert len(chosen(pairs3, marginal_ways=3)) >= len(base)
