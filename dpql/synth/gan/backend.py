@@ -127,7 +127,9 @@ class GanBackend:
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from dpql.synth.gan.train import sample, train_gan
+        from dpql.synth.jax_cache import enable_compilation_cache
 
+        enable_compilation_cache()
         gan: GanPlan = plan.config
         marginals = None
         line = next((x for x in plan.lines if x.phase == f"gan.{MARGINAL_PHASE}"), None)

@@ -80,8 +80,10 @@ class RapBackend:
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from dpql.plan.exact import answer_all
+        from dpql.synth.jax_cache import enable_compilation_cache
         from dpql.synth.rap.program import run_rap
 
+        enable_compilation_cache()
         schedule, options = plan.config
         rows = ctx.spec.model.synthesizer.rows
         res = run_rap(
