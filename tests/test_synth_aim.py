@@ -86,8 +86,11 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     path = _spec(tmp_path, AIM_SMALL)
     plan = build_plan(load_spec(path))
     lines = [ln for ln in plan.table.lines if ln.phase.startswith("aim.")]
-    # per round: 2 one-at-a-time selections, then one release of both picks
+    # the spanning forest of the 4 columns' pairs: 3 one-at-a-time selections and one release;
+    # then per round: 2 one-at-a-time selections, then one release of both picks
     assert [(ln.phase, ln.mechanism) for ln in lines] == [("aim.init", "gaussian")] + [
+        ("aim.tree", m) for m in ["gumbel_top_k"] * 3 + ["gaussian"]
+    ] + [
         (f"aim.round[{i}]", m) for i in range(2) for m in ["gumbel_top_k"] * 2 + ["gaussian"]
     ]
     assert sum(ln.rho_per_release for ln in lines) <= plan.budget.rho * (1 + 1e-12)
@@ -101,7 +104,11 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     synth = pd.read_csv(res.table_path)
     assert len(synth) == 600 and set(synth.columns) == {"a", "b", "c", "age"}
     assert synth["age"].between(18, 80).all()
-    assert len(res.record["synthesizer"]["selected"]) == 4  # 2 rounds x 2 marginals
+    synthesizer = res.record["synthesizer"]
+    assert len(synthesizer["selected"]) == 3 + 4  # the forest's 3 edges, 2 rounds x 2 marginals
+    forest = synthesizer["spanning_forest"]
+    assert forest == synthesizer["selected"][:3] and synthesizer["picks_per_round"] == [3, 2, 2]
+    assert {c for pair in forest for c in pair} == {"a", "b", "c", "age"}  # a tree: all covered
     from dpql.cli import main
 
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0

@@ -399,6 +399,16 @@ class AimOptions(_Model):
         "(dpql.synth.aim.default_schedule)."
     )
     select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
+    tree: bool = Field(
+        True, description="Before the adaptive rounds, one round that selects a spanning forest "
+        "of the 2-way candidates (MST's maximum spanning tree, McKenna et al. 2021: one "
+        "exponential-mechanism pick per edge, each among the pairs that join two components, "
+        "scored against the 1-way model) and measures it, so that every column is measured with "
+        "another where the budget affords a pair for it (dpql.synth.aim.spanning_picks)."
+    )
+    tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
+        1.0, description="Budget of each spanning-forest pair relative to an adaptive pick."
+    )
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = Field(
         None, description="Cap on the graphical model's size in MB (AIM's model-size filter); "
         "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "

@@ -62,8 +62,10 @@ class AutoBackend:
             o = inner.options
             reason += (
                 f"; its schedule (dpql.synth.aim.default_schedule): {o['init_share']:.0%} of the "
-                f"budget on the 1-way marginals, then {o['rounds']} round(s) of {o['per_round']} "
-                f"marginal(s); model size at most {o['max_model_size']:g} MB (from this machine: "
+                f"budget on the 1-way marginals, "
+                + (f"then a spanning forest of {o['tree_edges']} pair(s), " if o["tree"] else "")
+                + f"then {o['rounds']} round(s) of {o['per_round']} marginal(s); model size "
+                f"at most {o['max_model_size']:g} MB (from this machine: "
                 "dpql.synth.aim.machine_model_cap); the sampled rows balanced towards the model's "
                 f"workload marginals ({o['balance_sweeps']} passes)"
             )
