@@ -407,7 +407,9 @@ class AimOptions(_Model):
         "another where the budget affords a pair for it (dpql.synth.aim.spanning_picks)."
     )
     tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
-        1.0, description="Budget of each spanning-forest pair relative to an adaptive pick."
+        0.5, description="Budget of each spanning-forest pair relative to an adaptive pick "
+        "(a pair has fewer cells than most adaptive picks, so less budget buys it the same noise "
+        "L1)."
     )
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = Field(
         None, description="Cap on the graphical model's size in MB (AIM's model-size filter); "

@@ -277,7 +277,7 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
             # fewer (the forest's fit takes the place of the first round's)
             m = max(1, min(r * k, default.affordable - tree))
             r = max(1, min(m, MAX_DEFAULT_ROUNDS - 1))
-            k = options.per_round or math.ceil(m / r)
+            k = options.per_round or max(1, round(m / r))
     if not cands or rho <= 0:
         return AimSchedule(tuple(columns), cands, rho, (), n, k, share, top)
     k_eff = max(1, min(k, len(cands)))
