@@ -275,3 +275,67 @@ def test_balancer_targets_are_the_workload_marginals():
     assert set(maximal(cands, cols)) == {("a", "b", "c"), ("c", "d")}
     pairs = candidates([], cols)  # no marginal in the workload: every pair
     assert maximal(pairs, cols) == list(pairs)
+
+
+class _FirstOrRandomOracle:
+    """A stand-in for the measurement oracle's selection: a seeded pick from the offered pool
+    (any pick must keep the forest a forest), recording what each call offered."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.pools: list[list[tuple[str, ...]]] = []
+
+    def select(self, queries, answers, k, rho, **_):
+        self.pools.append([q.columns for q in queries])
+        return [int(self.rng.integers(len(queries)))]
+
+
+def _plan(columns, queries, rho, n, cards, **options):
+    from dpql.spec.models import AimOptions
+    from dpql.synth.aim import plan_aim
+
+    return plan_aim(columns, queries, rho, n, AimOptions.from_mapping(options), cards)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import _pick_forest
+    from dpql.synth.graphical import IndependentModel
+
+    cols = tuple("abcdefghij")
+    cards = [3, 4, 2, 5, 3, 6, 2, 4, 3, 2]
+    s = _plan(cols, [Marginal(cols[:3]), Marginal(cols[2:])], 0.5, 50_000, cards)
+    assert s.tree == len(cols) - 1 and s.picks(0) == s.tree and s.phase(0) == "aim.tree"
+    rng = np.random.default_rng(seed)
+    model = IndependentModel({c: rng.random(k) + 0.1 for c, k in zip(cols, cards, strict=True)},
+                             50_000)  # fmt: skip
+    oracle = _FirstOrRandomOracle(seed)
+    forest = _pick_forest(oracle, s, model, s.rounds[0][0], s.round_sigma(0), lambda cl: 9)
+    assert len(forest) == len(set(forest)) == len(cols) - 1
+    assert {c for pair in forest for c in pair} == set(cols)  # every column measured in a pair
+    # a spanning tree: every pick joined two components (no cycle), so it is connected
+    from dpql.synth.aim import spanning_picks
+
+    assert spanning_picks(cols, forest) == len(cols) - 1
+    assert all(len(pool) >= 1 for pool in oracle.pools) and len(oracle.pools) == s.tree
+
+
+def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import budget_lines, spanning_picks
+
+    cols = ("a", "b", "c", "d", "e")
+    # the workload's pairs join {a, b, c} and {d, e}: a forest of 3 edges, 2 components
+    assert spanning_picks(cols, [("a", "b"), ("b", "c"), ("a", "c"), ("d", "e")]) == 3
+    s = _plan(cols, [Marginal(("a", "b", "c")), Marginal(("d", "e"))], 1.0, 100_000, [4] * 5)
+    assert s.tree == 3 and set(s.tree_pairs) == {("a", "b"), ("a", "c"), ("b", "c"), ("d", "e")}
+    lines = budget_lines(s)
+    tree_lines = [ln for ln in lines if ln.phase == "aim.tree"]
+    assert [ln.mechanism for ln in tree_lines] == ["gumbel_top_k"] * 3 + ["gaussian"]
+    assert sum(ln.rho_per_release for ln in lines) <= 1.0 * (1 + 1e-12)
+    # a budget that affords fewer pairs than the forest needs: no forest (the AIM schedule)
+    poor = _plan(cols, [Marginal(cols)], 1e-6, 1_000, [4] * 5)
+    assert poor.tree == 0 and all(ln.phase != "aim.tree" for ln in budget_lines(poor))
+    # and the option turns it off
+    assert _plan(cols, [Marginal(cols)], 1.0, 100_000, [4] * 5, tree=False).tree == 0
