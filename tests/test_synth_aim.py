@@ -339,3 +339,30 @@ def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
     assert poor.tree == 0 and all(ln.phase != "aim.tree" for ln in budget_lines(poor))
     # and the option turns it off
     assert _plan(cols, [Marginal(cols)], 1.0, 100_000, [4] * 5, tree=False).tree == 0
+
+
+def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
+    from mbi import Domain
+
+    from dpql.synth.graphical import model_marginal, tree_model
+
+    rng = np.random.default_rng(3)
+    cards = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
+    dom = Domain(list(cards), list(cards.values()))
+    # a chain a - b - c and a separate edge d - e, drawn as a Bayesian network
+    pa = rng.dirichlet(np.ones(3))
+    b_a, c_b = rng.dirichlet(np.ones(4), 3), rng.dirichlet(np.ones(2), 4)
+    pd_, e_d = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(3), 5)
+    ab = pa[:, None] * b_a
+    bc = ab.sum(0)[:, None] * c_b
+    de = pd_[:, None] * e_d
+    one = {"a": pa, "b": ab.sum(0), "c": bc.sum(0), "d": pd_, "e": de.sum(0)}
+    # pairs in either column order, as measured
+    pairs = {("a", "b"): ab.ravel(), ("c", "b"): bc.T.ravel(), ("d", "e"): de.ravel()}
+    model = tree_model(dom, one, pairs, 1000)
+    assert sorted(model.cliques) == sorted(pairs)
+    for cl, y in pairs.items():
+        np.testing.assert_allclose(model_marginal(model, cl), 1000 * y, rtol=1e-5)  # float32
+    # the components are independent in the model
+    np.testing.assert_allclose(model_marginal(model, ("a", "e")),
+                               1000 * np.outer(pa, one["e"]).ravel(), rtol=1e-5)  # fmt: skip

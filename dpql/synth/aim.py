@@ -527,6 +527,7 @@ class AimBackend:
             model_marginal,
             quick_start_mirror_descent,
             sample_rows,
+            tree_model,
         )
         from dpql.synth.jax_cache import enable_compilation_cache
 
@@ -582,7 +583,13 @@ class AimBackend:
                 picked.append(cl)
             last = i == len(s.rounds) - 1
             iters = options.final_iters if last and options.final_iters else options.iters
-            model = estimate(meas, iters, model if i else None)
+            if i == 0 and s.tree and not last:
+                # the forest's model in closed form (a Bayesian network over it): no mirror
+                # descent and no compile for a structure the next round's fit replaces
+                pairs = {cl: np.asarray(y, dtype=np.float64) for cl, y in zip(cls, ys, strict=True)}
+                model = tree_model(mdom, dict(zip(s.columns, fitted, strict=True)), pairs, n)
+            else:
+                model = estimate(meas, iters, model if i else None)
             if ctx.progress:
                 ctx.progress("aim", i + 1, len(s.rounds))
         if not s.rounds:

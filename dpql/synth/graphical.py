@@ -72,6 +72,68 @@ class IndependentModel:
         return out * self.n
 
 
+def tree_model(domain, one_way: dict[str, np.ndarray], pairs: dict[tuple[str, str], np.ndarray],
+               n: int):
+    """The model of a spanning forest's measurements without mirror descent (no XLA compile):
+    a Bayesian network over the forest, each component rooted at its first column, the root's
+    distribution its clipped, normalised noisy 1-way marginal and each other column's its
+    conditional given its parent from the clipped noisy pair marginal (where a parent value's
+    row is empty, the column's 1-way marginal). An mbi ``MarkovRandomField`` whose log-potentials
+    live on the pairs (and on the columns no pair touches), so it serves selection, warm starts
+    and sampling like a fitted model. Post-processing of the noisy answers only."""
+    import jax.numpy as jnp
+    from mbi import CliqueVector, Factor
+    from mbi.markov_random_field import MarkovRandomField
+
+    def dist(v: np.ndarray) -> np.ndarray:
+        v = np.clip(np.asarray(v, dtype=np.float64), 0, None)
+        return v / v.sum() if v.sum() > 0 else np.full(v.size, 1.0 / v.size)
+
+    card = dict(zip(domain.attributes, domain.shape, strict=True))
+    nbrs: dict[str, list[tuple[str, str]]] = {c: [] for c in domain.attributes}
+    for a, b in pairs:
+        nbrs[a].append((a, b))
+        nbrs[b].append((a, b))
+    tables: dict[tuple[str, ...], np.ndarray] = {}
+    seen: set[str] = set()
+    for root in domain.attributes:
+        if root in seen:
+            continue
+        seen.add(root)
+        log_root = np.log(np.maximum(dist(one_way[root]), 1e-300))
+        if not nbrs[root]:
+            tables[(root,)] = log_root
+            continue
+        stack, first = [root], True
+        while stack:
+            parent = stack.pop()
+            for pair in nbrs[parent]:
+                child = pair[1] if pair[0] == parent else pair[0]
+                if child in seen:
+                    continue
+                seen.add(child)
+                stack.append(child)
+                joint = np.clip(np.asarray(pairs[pair], dtype=np.float64), 0, None)
+                joint = joint.reshape(card[pair[0]], card[pair[1]])
+                flip = pair[0] != parent
+                if flip:
+                    joint = joint.T  # rows: the parent's values
+                rows = joint.sum(axis=1, keepdims=True)
+                cond = np.where(rows > 0, joint / np.where(rows > 0, rows, 1.0),
+                                dist(one_way[child])[None, :])  # fmt: skip
+                logp = np.log(np.maximum(cond, 1e-300))
+                if first:  # the root's distribution rides on its first edge
+                    logp = logp + log_root[:, None]
+                    first = False
+                tables[pair] = logp.T if flip else logp  # in the pair's own column order
+    dtype = jnp.result_type(float)
+    cliques = list(tables)
+    factors = {cl: Factor(domain.project(cl), jnp.asarray(v, dtype=dtype))
+               for cl, v in tables.items()}  # fmt: skip
+    potentials = CliqueVector(domain, cliques, factors)
+    return MarkovRandomField(potentials=potentials, marginals=None, total=float(n))
+
+
 def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     """The model's marginal on ``cl`` in counts (row-major over ``cl``, like
     ``Factor.datavector``): variable elimination over the exponentiated potentials in numpy, in
