@@ -63,6 +63,7 @@ from dpql.plan.ir import (
     ModelAccuracy,
     ModelRequirement,
     Moment,
+    Not,
     Pred,
     Query,
     Requirement,
@@ -149,17 +150,32 @@ def _error(code: str, message: str, hint: str, req: Requirement | None = None) -
 def _column(domain: Domain, name: str, req: Requirement) -> NumericColumn | CategoricalColumn:
     if name not in domain:
         raise _error("E501", f"unknown column '{name}'", "use a column of the schema", req)
-    if domain[name].nullable:
-        # a kept-missing cell has no value: its moments would count it as 0 (NULL_SCALED)
-        raise _error(
-            "E501",
-            f"column '{name}' has missing: keep, so its missing cells have no value to "
-            "average or regress on; this requirement cannot be estimated",
-            f"condition on its values instead (e.g. count(...) or mean(... | ...) over "
-            f"{name}), or set schema.{name}.missing to fill or drop",
-            req,
-        )
     return domain[name]
+
+
+def present(domain: Domain, columns: Sequence[str]) -> Pred:
+    """``1{every nullable column of columns holds a value}``: the rows a statistic over these
+    columns is defined on (``na.rm``). A ``missing: keep`` cell has no value (its scaled value
+    ``NULL_SCALED`` is a placeholder), so ``mean``, ``corr`` and the models average over the
+    rows where their columns are present: each is a ratio of sums over those rows to their
+    count, every sum at the public n. True when no column is nullable."""
+    items: list[Pred] = []
+    for c in dict.fromkeys(columns):
+        col = domain[c] if c in domain else None
+        if col is not None and col.nullable:
+            items.append(Not(CatIn(c, frozenset({col.null_code}))))
+    return _conj(items)
+
+
+def requirement_columns(req: Requirement) -> tuple[str, ...]:
+    """The columns whose values a requirement averages (its presence predicate's columns)."""
+    if isinstance(req, CorrRequirement):
+        return (req.a, req.b)
+    if isinstance(req, MeanRequirement):
+        return (req.column,)
+    if isinstance(req, ModelRequirement):
+        return (*req.features, req.label)
+    return ()
 
 
 def _scalar_factor(domain: Domain, name: str, req: Requirement) -> Factor:
@@ -234,28 +250,32 @@ def product_query(factors: Sequence[Factor], given: Pred = _TRUE) -> Query | flo
 
 
 def centred_product(
-    f: Factor, g: Factor, centres: tuple[float, float] = (0.5, 0.5)
-) -> CentredProduct | float:
-    """The centred second moment ``E(f - c)(g - d)`` (``centres``, 1/2 by default), or the
-    constant 1/4 of an indicator's square. Two values of one categorical column are linear in
-    the first moments (``1/4 - (E f + E g)/2``): callers leave them out (the IR refuses them)."""
+    f: Factor, g: Factor, centres: tuple[float, float] = (0.5, 0.5), given: Pred = _TRUE
+) -> Query | float:
+    """The centred second moment ``E(f - c)(g - d) 1{given}`` (``centres``, 1/2 by default),
+    or the constant 1/4 of an indicator's square (per row where ``given`` holds). Two values
+    of one categorical column are linear in the first moments (``1/4 - (E f + E g)/2``):
+    callers leave them out (the IR refuses them)."""
     if f == g and f[1] is not None:
-        return 0.25
-    return CentredProduct(f, g, centres)
+        return 0.25  # per row where ``given`` holds: a part of a ratio (``per_present_row``)
+    return CentredProduct(f, g, centres, given)
 
 
 def _one_column_indicators(f: Factor, g: Factor) -> bool:
     return f[0] == g[0] and f != g and f[1] is not None and g[1] is not None
 
 
-def _moment_queries(factors: Sequence[Factor]) -> list[Query | float]:
+def _moment_queries(factors: Sequence[Factor], given: Pred = _TRUE) -> list[Query | float]:
     """First moments of every factor and the centred products of every pair ``i <= j``
-    (squares included; pairs of one column's indicators are linear in the first moments)."""
-    out: list[Query | float] = [product_query([f]) for f in factors]
+    (squares included; pairs of one column's indicators are linear in the first moments), on
+    the rows where ``given`` holds, with their count when it is not always true."""
+    out: list[Query | float] = [product_query([f], given) for f in factors]
     for i, fi in enumerate(factors):
         for fj in factors[i:]:
             if not _one_column_indicators(fi, fj):
-                out.append(centred_product(fi, fj))
+                out.append(centred_product(fi, fj, given=given))
+    if not isinstance(given, TruePred):
+        out.append(Count(given))
     return out
 
 
@@ -271,8 +291,40 @@ def _corr_parts(req: CorrRequirement, domain: Domain) -> list[Query | float]:
     a, b = _scalar_factor(domain, req.a, req), _scalar_factor(domain, req.b, req)
     ca, cb = _corr_centres(req, domain)
     centre = {a: ca, b: cb}
-    pairs = [centred_product(f, g, (centre[f], centre[g])) for f, g in ((a, a), (a, b), (b, b))]
-    return [product_query([a]), product_query([b]), *pairs]
+    q = present(domain, (req.a, req.b))
+    pairs = [
+        centred_product(f, g, (centre[f], centre[g]), q) for f, g in ((a, a), (a, b), (b, b))
+    ]
+    out = [product_query([a], q), product_query([b], q), *pairs]
+    return out if isinstance(q, TruePred) else [*out, Count(q)]
+
+
+def per_present_row(
+    parts: Sequence[Query | float], fn: Callable[[Sequence[float]], float]
+) -> Callable[[Sequence[float]], float]:
+    """``fn`` of the parts averaged over the rows where a statistic's columns are present:
+    when the last part is their count ``E 1{Q}`` (:func:`present`), every measured part
+    ``E[f 1{Q}]`` is divided by it (a ratio estimator; constants are already per such row);
+    else ``fn`` itself. NaN where the count is not positive."""
+    if not parts or not isinstance(parts[-1], Count):
+        return fn
+    measured = [i for i, p in enumerate(parts[:-1]) if not isinstance(p, float)]
+
+    def ratio(m: Sequence[float]) -> float:
+        count = float(m[-1])
+        if not count > 0:
+            return math.nan
+        per_row = [float(x) for x in m[:-1]]
+        for i in measured:
+            per_row[i] /= count
+        return fn(per_row)
+
+    return ratio
+
+
+def _mean_given(req: MeanRequirement, domain: Domain) -> Pred:
+    """A mean's condition and its column present (:func:`present`)."""
+    return _conj([req.given, present(domain, (req.column,))])
 
 
 def _mean_centre(req: MeanRequirement, domain: Domain) -> float | None:
@@ -283,10 +335,11 @@ def _mean_centre(req: MeanRequirement, domain: Domain) -> float | None:
 def _mean_parts(req: MeanRequirement, domain: Domain) -> list[Query | float]:
     f = _scalar_factor(domain, req.column, req)
     c = _mean_centre(req, domain)
-    num = product_query([f], req.given)
+    given = _mean_given(req, domain)
+    num = product_query([f], given)
     if c is not None and isinstance(num, Moment):
         num = Moment(num.columns, num.given, centre=c)
-    return [num, product_query([], req.given)]
+    return [num, product_query([], given)]
 
 
 def piloted(req: Requirement) -> bool:
@@ -302,12 +355,17 @@ def piloted(req: Requirement) -> bool:
     )
 
 
-def pilot_query(req: ModelRequirement) -> ModelAccuracy:
+def pilot_query(req: ModelRequirement, domain: Domain) -> ModelAccuracy:
     """The plan-time stand-in of a requirement's pilot: its model not yet fitted (no
     coefficients; :attr:`~dpql.plan.ir.ModelAccuracy.fitted` is False). Compile replaces it by
     the model fitted on the synthetic table (public), a query of the same sensitivity (1/n), so
     the release keeps the plan's L2 sensitivity and rho."""
-    return ModelAccuracy(req.model, req.features, req.label, (), ())
+    return ModelAccuracy(req.model, req.features, req.label, (), (), present_of(req, domain))
+
+
+def present_of(req: Requirement, domain: Domain) -> Pred:
+    """The rows a requirement's statistic is defined on: its columns present (:func:`present`)."""
+    return present(domain, requirement_columns(req))
 
 
 def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
@@ -315,15 +373,19 @@ def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
     if piloted(req):
         assert isinstance(req, ModelRequirement)
         _model_factors(req, domain)  # the same checks (E501) as a measured model
-        return (pilot_query(req),)
-    if isinstance(req, CorrRequirement):
+        parts: list[Query | float] = [pilot_query(req, domain)]
+    elif isinstance(req, CorrRequirement):
         parts = _corr_parts(req, domain)
     elif isinstance(req, MeanRequirement):
         parts = _mean_parts(req, domain)
     elif isinstance(req, CountRequirement):
         parts = [product_query([], req.predicate)]
     else:
-        parts = _moment_queries(_model_factors(req, domain))
+        parts = _moment_queries(_model_factors(req, domain), present_of(req, domain))
+    if domain.complete_in:
+        # the count of the complete cases: the release's estimate of their share when no
+        # marginal was measured before (an external table; dpql.population)
+        parts.append(Count(_TRUE))
     return tuple(dict.fromkeys(p for p in parts if not isinstance(p, float)))
 
 
@@ -377,7 +439,8 @@ def parts_and_fn(
     """(parts, value on the [0, 1] scale, factor to original units)."""
     if isinstance(req, CorrRequirement):
         centres = _corr_centres(req, domain)
-        return _corr_parts(req, domain), lambda m: _corr(m, centres), 1.0
+        parts = _corr_parts(req, domain)
+        return parts, per_present_row(parts, lambda m: _corr(m, centres)), 1.0
     if isinstance(req, MeanRequirement):
         col = domain[req.column]
         span = col.span if isinstance(col, NumericColumn) else 1.0
@@ -495,11 +558,12 @@ def _plausible(part: Query | float, domain: Domain) -> float:
     if isinstance(part, Count):
         return uniform_prior_probability(part.predicate, domain)
     if isinstance(part, CentredProduct):
+        p = uniform_prior_probability(part.given, domain)
         if part.square:  # E(u - 1/2)^2 = Var u at the planning spread
-            return PLANNING_SD**2
+            return p * PLANNING_SD**2
         # independent factors: E(f - 1/2) E(g - 1/2); 0 for a numeric one
         left, right = (_plausible(product_query([f]), domain) for f in (part.left, part.right))
-        return (left - 0.5) * (right - 0.5)
+        return p * (left - 0.5) * (right - 0.5)
     mean_u = {1: 1 / 2, 2: 1 / 4 + PLANNING_SD**2}  # E u, E u^2 at the planning spread
     cols = part.columns
     num = 1.0
