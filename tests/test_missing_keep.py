@@ -120,7 +120,7 @@ def test_requirement_on_kept_column_is_planned_over_present_rows(tmp_path: Path)
     )
     plan = dpql.build_plan(dpql.load_spec(spec))
     assert plan.measures is not None
-    text = [describe_query(q, plan.domain) for q in plan.measures.queries]
+    text = [describe_query(q, plan.spec.domain) for q in plan.measures.queries]
     assert all("hours_per_week is present" in t for t in text), text
     assert text[-1] == "count(hours_per_week is present)"
 
