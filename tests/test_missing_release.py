@@ -49,3 +49,24 @@ def test_drop_describes_the_rows_with_an_income(tmp_path: Path) -> None:
     population = record["output"]["population"]
     assert population["rows"] == "complete cases" and population["complete_in"] == ["income"]
     assert abs(population["kept_share"] - len(kept) / len(real)) <= 4 * population["kept_share_sd"]
+
+
+def test_plan_says_what_drop_and_code_columns_represent(tmp_path: Path) -> None:
+    """W102 names the population a drop rule releases; W103 flags an integer column that looks
+    like codes or years binned coarser than one value per bin (from the spec alone)."""
+    spec = survey_spec(tmp_path, income="drop")
+    text = spec.read_text().replace(
+        "  region:", "  survey_year: {type: numeric, min: 1990, max: 2020, integer: true, "
+        "bins: 6}\n  occ_code: {type: numeric, min: 1, max: 999, integer: true, bins: 10}\n"
+        "  region:"
+    )
+    spec.write_text(text)
+    warnings = {d.code: d for d in dpql.build_plan(dpql.load_spec(spec)).warnings}
+    assert "rows where income is present" in warnings["W102"].message
+    codes = [d.message.split("'")[1] for d in dpql.build_plan(dpql.load_spec(spec)).warnings
+             if d.code == "W103"]  # fmt: skip
+    assert codes == ["survey_year", "occ_code"]
+    # one bin per integer invents nothing; age (a quantity) is not flagged
+    spec.write_text(text.replace("bins: 6}", "bins: 31}").replace("missing: drop", "missing: keep"))
+    warnings = [d.code for d in dpql.build_plan(dpql.load_spec(spec)).warnings]
+    assert "W102" not in warnings and warnings.count("W103") == 1

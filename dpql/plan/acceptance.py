@@ -20,13 +20,12 @@ from dpql.plan.ir import (
     ModelRequirement,
     Requirement,
     Tolerance,
-    TruePred,
 )
 from dpql.plan.requirements import (
     VARIANCE_RTOL,
     delta_method_sd,
+    normaliser,
     predicted_error,
-    present_of,
 )
 
 if TYPE_CHECKING:  # jax stays out of plan-time imports
@@ -68,11 +67,12 @@ def acceptance_queries(req: Requirement, domain: Domain) -> int:
     """Scalar queries a requirement adds to the ``accept`` release (0 for moment requirements;
     f1 needs two; R^2's label moments come from the I-projection measurements; one more, the
     count of the rows where the model's columns are present, when one is nullable and the
-    metric is not R^2, whose label moments carry that count)."""
+    metric is not R^2, whose label moments carry that count; or of the kept rows under
+    ``missing: drop``: ``dpql.plan.requirements.normaliser``)."""
     if not isinstance(req, ModelRequirement):
         return 0
     metric = tested_metric(req)
-    count = metric != "r2" and not isinstance(present_of(req, domain), TruePred)
+    count = metric != "r2" and normaliser(req, domain) is not None
     return (2 if metric == "f1" else 1) + int(count)
 
 

@@ -265,17 +265,19 @@ def _one_column_indicators(f: Factor, g: Factor) -> bool:
     return f[0] == g[0] and f != g and f[1] is not None and g[1] is not None
 
 
-def _moment_queries(factors: Sequence[Factor], given: Pred = _TRUE) -> list[Query | float]:
+def _moment_queries(
+    factors: Sequence[Factor], given: Pred = _TRUE, count: Count | None = None
+) -> list[Query | float]:
     """First moments of every factor and the centred products of every pair ``i <= j``
     (squares included; pairs of one column's indicators are linear in the first moments), on
-    the rows where ``given`` holds, with their count when it is not always true."""
+    the rows where ``given`` holds, with their ``count`` (:func:`normaliser`) last."""
     out: list[Query | float] = [product_query([f], given) for f in factors]
     for i, fi in enumerate(factors):
         for fj in factors[i:]:
             if not _one_column_indicators(fi, fj):
                 out.append(centred_product(fi, fj, given=given))
-    if not isinstance(given, TruePred):
-        out.append(Count(given))
+    if count is not None:
+        out.append(count)
     return out
 
 
@@ -296,7 +298,8 @@ def _corr_parts(req: CorrRequirement, domain: Domain) -> list[Query | float]:
         centred_product(f, g, (centre[f], centre[g]), q) for f, g in ((a, a), (a, b), (b, b))
     ]
     out = [product_query([a], q), product_query([b], q), *pairs]
-    return out if isinstance(q, TruePred) else [*out, Count(q)]
+    count = normaliser(req, domain)
+    return out if count is None else [*out, count]
 
 
 def per_present_row(
@@ -339,7 +342,16 @@ def _mean_parts(req: MeanRequirement, domain: Domain) -> list[Query | float]:
     num = product_query([f], given)
     if c is not None and isinstance(num, Moment):
         num = Moment(num.columns, num.given, centre=c)
-    return [num, product_query([], given)]
+    count = product_query([], given)
+    if isinstance(count, float) and domain.complete_in:
+        count = Count(_TRUE)  # the kept rows' count, not the estimate of their share
+    return [num, count]
+
+
+def _count_parts(req: CountRequirement, domain: Domain) -> list[Query | float]:
+    """``E 1{P}``, and under ``missing: drop`` the kept rows' count it is a fraction of."""
+    count = normaliser(req, domain)
+    return [product_query([], req.predicate), *([count] if count is not None else [])]
 
 
 def piloted(req: Requirement) -> bool:
@@ -368,6 +380,17 @@ def present_of(req: Requirement, domain: Domain) -> Pred:
     return present(domain, requirement_columns(req))
 
 
+def normaliser(req: Requirement, domain: Domain) -> Count | None:
+    """The count a requirement's averages are ratios to: of the rows where its columns are
+    present (``missing: keep``), else, when rows are dropped (``missing: drop``), of the kept
+    rows (``count(true)``, so the value does not rest on the release's estimate of their
+    share, ``dpql.population``); None when its averages are over all n rows."""
+    q = present_of(req, domain)
+    if not isinstance(q, TruePred):
+        return Count(q)
+    return Count(_TRUE) if domain.complete_in else None
+
+
 def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
     """The measured queries of one requirement (constants removed, duplicates kept once)."""
     if piloted(req):
@@ -379,9 +402,10 @@ def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
     elif isinstance(req, MeanRequirement):
         parts = _mean_parts(req, domain)
     elif isinstance(req, CountRequirement):
-        parts = [product_query([], req.predicate)]
+        parts = _count_parts(req, domain)
     else:
-        parts = _moment_queries(_model_factors(req, domain), present_of(req, domain))
+        factors = _model_factors(req, domain)
+        parts = _moment_queries(factors, present_of(req, domain), normaliser(req, domain))
     if domain.complete_in:
         # the count of the complete cases: the release's estimate of their share when no
         # marginal was measured before (an external table; dpql.population)
@@ -450,7 +474,8 @@ def parts_and_fn(
         # E[(u - c) 1{P}] / E[1{P}] + c: the ratio of the centred numerator, shifted back
         return _mean_parts(req, domain), lambda m: _ratio(m) + c, span
     if isinstance(req, CountRequirement):
-        return [product_query([], req.predicate)], lambda m: m[0], 1.0
+        parts = _count_parts(req, domain)
+        return parts, per_present_row(parts, lambda m: m[0]), 1.0
     raise TypeError("model requirements have no moment value; see dpql.postprocess.accept")
 
 

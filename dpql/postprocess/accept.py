@@ -83,12 +83,12 @@ from dpql.plan.ir import (
     Query,
     Requirement,
     Tolerance,
-    TruePred,
     joint_l2_sensitivity,
 )
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import (
     delta_method_sd,
+    normaliser,
     present_of,
     requirement_queries,
     requirement_value,
@@ -208,7 +208,8 @@ def label_moments(req: ModelRequirement, domain: Domain) -> tuple[Query, ...]:
     label = (req.label, None)
     q = present_of(req, domain)
     out: tuple[Query, ...] = (Moment((req.label,), q), CentredProduct(label, label, given=q))
-    return out if isinstance(q, TruePred) else (*out, Count(q))
+    count = normaliser(req, domain)
+    return out if count is None else (*out, count)
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,10 +277,9 @@ def build_test(
 
 
 def present_count(req: ModelRequirement, domain: Domain) -> Count | None:
-    """The count of the rows where a model's columns are present (``E 1{Q}``), when some
-    column is nullable: its metric's parts are averages over those rows (ratios to it)."""
-    q = present_of(req, domain)
-    return None if isinstance(q, TruePred) else Count(q)
+    """The count of the rows a model is defined on (``dpql.plan.requirements.normaliser``):
+    its metric's parts are averages over those rows (ratios to it); None for all n rows."""
+    return normaliser(req, domain)
 
 
 @dataclass(frozen=True)
