@@ -241,7 +241,7 @@ ENTRIES.append(
         "error",
         "requirement cannot be estimated under `missing: drop` (no longer reported: a release "
         "under drop describes the complete cases, and every requirement is estimated over them)",
-        (),
+        PLANS,
         (),
         reserved=True,
     )
