@@ -117,7 +117,7 @@ def run_one(name: str, seed: int) -> dict:
             "category_gap_vs_kept": {
                 c: _share_gap(kept[c], synth_df[c])
                 for c in real_df.columns
-                if real_df[c].dtype == object
+                if not pd.api.types.is_numeric_dtype(real_df[c])
             },
             "population": release.record["output"].get("population"),
         }
