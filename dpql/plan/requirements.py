@@ -303,13 +303,15 @@ def _corr_parts(req: CorrRequirement, domain: Domain) -> list[Query | float]:
 
 
 def per_present_row(
-    parts: Sequence[Query | float], fn: Callable[[Sequence[float]], float]
+    parts: Sequence[Query | float],
+    fn: Callable[[Sequence[float]], float],
+    count: Count | None,
 ) -> Callable[[Sequence[float]], float]:
-    """``fn`` of the parts averaged over the rows where a statistic's columns are present:
-    when the last part is their count ``E 1{Q}`` (:func:`present`), every measured part
-    ``E[f 1{Q}]`` is divided by it (a ratio estimator; constants are already per such row);
-    else ``fn`` itself. NaN where the count is not positive."""
-    if not parts or not isinstance(parts[-1], Count):
+    """``fn`` of the parts averaged over the rows a statistic is defined on: with ``count``
+    (:func:`normaliser`, the last part), every measured part ``E[f 1{Q}]`` is divided by it (a
+    ratio estimator; constants are already per such row); without, ``fn`` itself. NaN where
+    the count is not positive."""
+    if count is None:
         return fn
     measured = [i for i, p in enumerate(parts[:-1]) if not isinstance(p, float)]
 
@@ -464,7 +466,8 @@ def parts_and_fn(
     if isinstance(req, CorrRequirement):
         centres = _corr_centres(req, domain)
         parts = _corr_parts(req, domain)
-        return parts, per_present_row(parts, lambda m: _corr(m, centres)), 1.0
+        count = normaliser(req, domain)
+        return parts, per_present_row(parts, lambda m: _corr(m, centres), count), 1.0
     if isinstance(req, MeanRequirement):
         col = domain[req.column]
         span = col.span if isinstance(col, NumericColumn) else 1.0
@@ -475,7 +478,7 @@ def parts_and_fn(
         return _mean_parts(req, domain), lambda m: _ratio(m) + c, span
     if isinstance(req, CountRequirement):
         parts = _count_parts(req, domain)
-        return parts, per_present_row(parts, lambda m: m[0]), 1.0
+        return parts, per_present_row(parts, lambda m: m[0], normaliser(req, domain)), 1.0
     raise TypeError("model requirements have no moment value; see dpql.postprocess.accept")
 
 
