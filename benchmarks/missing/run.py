@@ -17,6 +17,8 @@ cases), and each column's share of empty cells, real vs synthetic (under drop, r
 kept rows). Appends one JSON line per compile to ``results.jsonl``.
 
     python benchmarks/missing/run.py --runs 2
+    PYTHONPATH=<checkout before the change> python benchmarks/missing/run.py \
+        --configs flights-drop --tag " (before)"
 """
 
 from __future__ import annotations
@@ -128,10 +130,12 @@ def main() -> None:
     ap.add_argument("--configs", nargs="*", default=list(CONFIGS))
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--tag", default="", help="appended to the config's name in the results")
     args = ap.parse_args()
     for name in args.configs:
         for seed in range(args.first_seed, args.first_seed + args.runs):
             row = run_one(name, seed)
+            row["config"] += args.tag
             with (HERE / "results.jsonl").open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
