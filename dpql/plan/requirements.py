@@ -38,6 +38,14 @@ values of one column) are not measured.
   ``excess_risk.md`` sec. 11.2): the logistic loss is ``-yz/2 + h(z)`` with ``h`` even, and the
   squared loss is ``1 - 2yz + z^2``, so up to a degree-2 approximation of ``h`` the empirical
   risk of every linear model is a linear function of exactly these moments.
+
+Missing values (``docs/missing.md``). Over ``missing: keep`` columns a requirement is defined on
+the rows where its columns are present (:func:`present`, ``na.rm``): every moment is summed over
+those rows only (still divided by the public n) and their count joins the measures, so the
+value is a ratio estimator (:func:`per_present_row`; a mean conditions on its column being
+present). Under ``missing: drop`` the answers are averages over the kept rows
+(``dpql.population``) and each requirement carries their count, ``count(true)``, the same way
+(:func:`normaliser`).
 """
 
 from __future__ import annotations
