@@ -36,7 +36,13 @@ from dpql.curator import curator_key, curator_path, curator_record
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.io import CURATOR_MODE, atomic_path
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
-from dpql.population import PopulationOracle, WithOracle, dropped_columns, full_population
+from dpql.population import (
+    PopulationOracle,
+    WithOracle,
+    dropped_columns,
+    full_population,
+    without_unsupported_nulls,
+)
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.budget import BudgetExceeded
 from dpql.privacy.ledger import EPSILON_RTOL, Ledger
@@ -215,7 +221,8 @@ def compile_release(
             with clock("synthesize"):
                 synth = backend(plan.method).run(plan.synth, run)
             measurements = _rescaled(synth.measurements, getattr(oracle, "sd_scale", 1.0))
-            table, requirements, postprocess = synth.table, [], None
+            table = without_unsupported_nulls(synth.table, measurements, seed)
+            requirements, postprocess = [], None
             if plan.measures is not None and "iproj.measure" in plan.phase_rho:
                 with clock("postprocess"):
                     post = run_postprocess(plan, oracle, table, seed, progress, measurements)

@@ -18,6 +18,10 @@ of the noisy totals of its marginals (each total has variance ``cells * sigma_q^
 answers share one scale. A selection compares the real unnormalised answers with the synthetic
 answers times ``p_hat`` (public once released): the score's sensitivity is unchanged.
 
+Under ``missing: keep`` a column's null state is public whether or not the data has empty cells;
+:func:`without_unsupported_nulls` removes the few empty cells the noise gives a column whose
+measured share of them is indistinguishable from zero.
+
 Dividing by ``p_hat`` multiplies each answer's noise sd by ``1 / p_hat`` (:attr:`sd_scale`);
 the estimate's own relative sd (:attr:`share_sd` / ``p_hat``, usually well under 1%) adds to it
 in quadrature, relative to the answer. Both are reported in the record's ``population``
@@ -32,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dpql.domain import EncodedTable
 from dpql.plan.ir import Count, Marginal, Query, TruePred, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
 from dpql.privacy.mechanisms import gaussian_sigma
@@ -161,3 +166,44 @@ class WithOracle:
 
     def public_table(self, path: Any) -> Any:
         return self._private.public_table(path)
+
+
+def without_unsupported_nulls(
+    table: EncodedTable,
+    measurements: Sequence[tuple[Query, Any, float]],
+    seed: int,
+    z: float = 2.0,
+) -> EncodedTable:
+    """``table`` with no empty cell in a ``missing: keep`` column whose null state its measured
+    1-way marginal cannot tell from zero (noisy share below ``z`` sds, the acceptance tests'
+    ``z``): a column without empty cells keeps its public null state, and the noise would
+    otherwise give it a few. Each such cell is replaced by the column's value in another
+    synthetic row drawn at random among those with one. Post-processing of the synthesizer's
+    noisy answers (``measurements``: query, noisy answer, sd) and its table only; a column
+    with no measured 1-way marginal is left as it is."""
+    codes, scaled = dict(table.codes), dict(table.scaled)
+    rng = np.random.default_rng(seed)
+    for col in table.domain:
+        if not col.nullable:
+            continue
+        found = next(
+            (
+                (np.asarray(a, dtype=np.float64).ravel(), s)
+                for q, a, s in measurements
+                if isinstance(q, Marginal) and q.columns == (col.name,)
+            ),
+            None,
+        )
+        if found is None or found[0][col.null_code] >= z * found[1]:
+            continue
+        null = codes[col.name] == col.null_code
+        present = np.flatnonzero(~null)
+        if not null.any() or present.size == 0:
+            continue
+        donors = rng.choice(present, int(null.sum()))
+        codes[col.name] = codes[col.name].copy()
+        codes[col.name][null] = codes[col.name][donors]
+        if col.name in scaled:
+            scaled[col.name] = scaled[col.name].copy()
+            scaled[col.name][null] = scaled[col.name][donors]
+    return EncodedTable(table.domain, codes, scaled)

@@ -58,3 +58,23 @@ def test_a_selection_compares_like_with_like() -> None:
     oracle._inner.select = select  # type: ignore[method-assign]
     oracle.select(ones, exact, 1, 0.1, phase="s", label="s")
     assert sum(float(s.sum()) for s in seen[0]) == pytest.approx(2 * oracle.share)
+
+
+def test_a_null_state_the_measurement_cannot_see_gets_no_empty_cells() -> None:
+    """Under keep, a column with no empty cells still has its public null state; the few empty
+    cells the noise gives it go where its 1-way answer cannot tell the null share from 0."""
+    from dpql.domain import CategoricalColumn, Domain, EncodedTable
+    from dpql.population import without_unsupported_nulls
+
+    d = Domain((CategoricalColumn("a", ("x", "y"), nullable=True),
+                CategoricalColumn("b", ("u", "v"), nullable=True)))  # fmt: skip
+    rng = np.random.default_rng(0)
+    codes = {c: rng.choice(3, 1000, p=[0.5, 0.45, 0.05]).astype(np.int32) for c in "ab"}
+    table = EncodedTable(d, codes, {})
+    measured = [
+        (Marginal(("a",)), np.array([0.52, 0.47, 0.003]), 0.002),  # 1.5 sd: not supported
+        (Marginal(("b",)), np.array([0.50, 0.45, 0.05]), 0.002),  # 25 sd: a real null share
+    ]
+    out = without_unsupported_nulls(table, measured, seed=0)
+    assert not (out.codes["a"] == 2).any() and (out.codes["b"] == codes["b"]).all()
+    assert abs((out.codes["a"] == 0).mean() - 0.5 / 0.95) < 0.05  # redrawn from the others
