@@ -48,9 +48,12 @@ def survey_spec(
     tolerance: float = 3000.0,
     rows: int = 20000,
     seed: int = 30,
+    keep_everywhere: bool = False,
 ) -> Path:
     """Write the table and a spec over it into ``folder``; ``income`` is the income column's
-    missing rule (the other columns with empty cells keep theirs). Returns the spec's path."""
+    missing rule (the other columns with empty cells keep theirs; with ``keep_everywhere``,
+    ``missing: keep`` is also the top-level default, so complete columns are nullable too).
+    Returns the spec's path."""
     df = survey_frame(rows, seed)
     df.to_csv(folder / "survey.csv", index=False)
     keep = "keep"
@@ -89,6 +92,8 @@ output:
         text = text.replace("requirements:\n  []\n", "").replace(
             "postprocess:\n  method: iproj\n", ""
         )
+    if keep_everywhere:
+        text = text.replace("\nschema:", "\nmissing: keep\nschema:", 1)
     spec = folder / "survey.release.yaml"
     spec.write_text(text)
     return spec

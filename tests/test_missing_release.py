@@ -37,7 +37,9 @@ def test_keep_meets_a_mean_over_present_values(tmp_path: Path) -> None:
 
 
 def test_drop_describes_the_rows_with_an_income(tmp_path: Path) -> None:
-    real, synth, record = _compile(survey_spec(tmp_path, income="drop"))
+    """With keep as the top-level default, the complete columns (age, region) are nullable
+    too, and still get no empty cell."""
+    real, synth, record = _compile(survey_spec(tmp_path, income="drop", keep_everywhere=True))
     assert synth.income.notna().all()
     assert synth.age.notna().all() and synth.region.notna().all()
     kept = real[real.income.notna()]
