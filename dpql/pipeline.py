@@ -229,7 +229,7 @@ def compile_release(
                 table = post.table
                 requirements, postprocess = post.requirements_json(), post.summary_json()
             check_spent(ledger, plan.budget)  # fail closed: nothing is written over budget
-            quality = compile_headline(table, synth.measurements)  # DP outputs and the table
+            quality = compile_headline(table, measurements)  # DP outputs and the table
             summary = private.curator_summary().to_json()
             if private.source.frame is not None:
                 from dpql.data.frame import FRAME_FINGERPRINT
