@@ -382,7 +382,7 @@ def _privacy_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
 _CODE_NAME = re.compile(
     r"(^|_)(year|yr|code|codes|id|occ|occupation|industry|ind|naics|soc|isco|isic|fips|zip|"
     r"postcode|county|state|region|country|wave|round|cohort|class|type|status|cat|category)"
-    r"($|_)|(code|year|id)$",
+    r"($|_)|(code|year)$",
     re.IGNORECASE,
 )
 
