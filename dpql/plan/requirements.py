@@ -191,11 +191,12 @@ def _scalar_factor(domain: Domain, name: str, req: Requirement) -> Factor:
     col = _column(domain, name, req)
     if isinstance(col, NumericColumn):
         return (name, None)
-    if col.card == 2:
+    if len(col.values) == 2:  # a missing: keep column's null state is not a value
         return (name, 1)
     raise _error(
         "E501",
-        f"column '{name}' has {col.card} categories; corr and mean need a numeric or binary column",
+        f"column '{name}' has {len(col.values)} categories; corr and mean need a numeric or "
+        "binary column",
         f'use count({name} == "...") per category instead',
         req,
     )
@@ -208,7 +209,7 @@ def _model_factors(req: ModelRequirement, domain: Domain) -> list[Factor]:
         if isinstance(col, NumericColumn):
             out.append((f, None))
         else:
-            out.extend((f, code) for code in range(1, col.card))
+            out.extend((f, code) for code in range(1, len(col.values)))  # null: never present
     label = _column(domain, req.label, req)
     if req.model == "logistic":
         if not isinstance(label, CategoricalColumn):
@@ -218,7 +219,7 @@ def _model_factors(req: ModelRequirement, domain: Domain) -> list[Factor]:
                 "use linear(...) for a numeric label",
                 req,
             )
-        out.extend((req.label, code) for code in range(1, label.card))
+        out.extend((req.label, code) for code in range(1, len(label.values)))
     else:
         if not isinstance(label, NumericColumn):
             raise _error(

@@ -332,15 +332,18 @@ def accept_models(
     diags = [d for r in reqs for d in plan_diagnostics(r) if d.severity == "error"]
     if diags:
         raise DiagnosticError(diags)
-    table = finite_rows(table, [c for r in reqs for c in (*r.features, r.label)])
-    tests = [build_test(r, table, evidence=evidence, seed=seed) for r in reqs]
+    # each model on the rows where its own columns are present (not the other models')
+    tables = [finite_rows(table, (*r.features, r.label)) for r in reqs]
+    tests = [
+        build_test(r, t, evidence=evidence, seed=seed) for r, t in zip(reqs, tables, strict=True)
+    ]
     queries = [q for t in tests for q in t.measured]
     label = "; ".join(r.text or f"{r.model}({r.label})" for r in reqs)
     real = [float(np.ravel(v)[0]) for v in oracle.measure(queries, rho, phase=PHASE, label=label)]
     sigma = gaussian_sigma(joint_l2_sensitivity(queries, oracle.n), rho)
     sigma *= getattr(oracle, "sd_scale", 1.0)  # answers renormalised (dpql.population)
     out, i = [], 0
-    for t in tests:
+    for t, table in zip(tests, tables, strict=True):
         measured = real[i : i + len(t.measured)]
         i += len(t.measured)
         reused, reused_sigmas = _reused(t, evidence)
