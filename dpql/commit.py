@@ -202,9 +202,11 @@ def _stage_release(
     signing_key: Path | None,
     targets: dict[str, Path],
     staged: dict[str, Path],
+    population: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the published table and provenance record to their staged paths (beside their
-    targets, mode 0666 & ~umask); the record names the table's final file name."""
+    targets, mode 0666 & ~umask); the record names the table's final file name and, with
+    ``population``, the rows the table describes (``dpql.population``)."""
     out = targets["table"]
     for role in ("table", "record"):  # the curator folder is made 0700 by its writer
         targets[role].parent.mkdir(parents=True, exist_ok=True)
@@ -228,6 +230,8 @@ def _stage_release(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     record["output"]["file"] = out.name
+    if population is not None:
+        record["output"]["population"] = population
     if signing_key is not None:
         from dpql.signing import sign_record
 

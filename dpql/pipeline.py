@@ -36,6 +36,13 @@ from dpql.curator import curator_key, curator_path, curator_record
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.io import CURATOR_MODE, atomic_path
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
+from dpql.population import (
+    PopulationOracle,
+    WithOracle,
+    dropped_columns,
+    full_population,
+    without_unsupported_nulls,
+)
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.budget import BudgetExceeded
 from dpql.privacy.ledger import EPSILON_RTOL, Ledger
@@ -205,19 +212,24 @@ def compile_release(
                     progress("load data", 1, 1)
                     private.oracle.progress = progress
             _note_ignored_columns(private, notify)
-            run = RunContext(spec, plan.queries, private, noise, ledger, seed, progress)
+            # under missing: drop, every answer is renormalised to the complete cases, once,
+            # as post-processing of the noisy outputs (dpql.population)
+            dropped = dropped_columns(spec.model)
+            oracle = PopulationOracle(private.oracle, dropped) if dropped else private.oracle
+            handle = WithOracle(private, oracle) if dropped else private
+            run = RunContext(spec, plan.queries, handle, noise, ledger, seed, progress)
             with clock("synthesize"):
                 synth = backend(plan.method).run(plan.synth, run)
-            table, requirements, postprocess = synth.table, [], None
+            measurements = _rescaled(synth.measurements, getattr(oracle, "sd_scale", 1.0))
+            table = without_unsupported_nulls(synth.table, measurements, seed)
+            requirements, postprocess = [], None
             if plan.measures is not None and "iproj.measure" in plan.phase_rho:
                 with clock("postprocess"):
-                    post = run_postprocess(
-                        plan, private.oracle, table, seed, progress, synth.measurements
-                    )
+                    post = run_postprocess(plan, oracle, table, seed, progress, measurements)
                 table = post.table
                 requirements, postprocess = post.requirements_json(), post.summary_json()
             check_spent(ledger, plan.budget)  # fail closed: nothing is written over budget
-            quality = compile_headline(table, synth.measurements)  # DP outputs and the table
+            quality = compile_headline(table, measurements)  # DP outputs and the table
             summary = private.curator_summary().to_json()
             if private.source.frame is not None:
                 from dpql.data.frame import FRAME_FINGERPRINT
@@ -237,6 +249,7 @@ def compile_release(
             record = _stage_release(
                 spec, plan, ledger, {"method": plan.method, "rounding_seed": seed, **synth.info},
                 table, requirements, postprocess, signing_key, targets, staged,
+                population=oracle.to_json() if dropped else full_population(),
             )  # fmt: skip
             key, key_source = curator_key(targets["curator file"].parent)  # folder mode 0700
             facts = curator_record(summary, timings, key, key_source)
@@ -257,6 +270,16 @@ def compile_release(
         plan, targets["table"], targets["record"], record, timings, targets["curator file"],
         quality, ledger_file, policy.path if policy is not None else None,
     )  # fmt: skip
+
+
+def _rescaled(
+    measurements: tuple[tuple[Any, Any, float], ...], sd_scale: float
+) -> tuple[tuple[Any, Any, float], ...]:
+    """The synthesizer's measurements with their noise sds in the units of the answers it got
+    (renormalised answers carry ``sd_scale`` times the release's sd; ``dpql.population``)."""
+    if sd_scale == 1.0:
+        return measurements
+    return tuple((q, a, s * sd_scale) for q, a, s in measurements)
 
 
 def _targets(spec: LoadedSpec) -> dict[str, Path]:

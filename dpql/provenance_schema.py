@@ -52,6 +52,24 @@ _WORKLOAD_ERRORS = {
 }
 
 
+# The rows the released table describes (``dpql.population``): every row, or the complete cases
+# of the ``missing: drop`` columns, with the DP estimate of their share of the public n.
+_POPULATION = {
+    **_object(
+        {
+            "rows": {"enum": ["all", "complete cases"]},
+            "describes": {"type": "string"},
+            "complete_in": {"type": "array", "items": {"type": "string"}},
+            "kept_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            "kept_share_sd": {"type": ["number", "null"], "minimum": 0},
+        }
+    ),
+    "description": "The population the table describes: all rows, or the rows where every "
+    "missing: drop column is present (complete cases), with the DP estimate of their share of "
+    "the public row count (post-processing of the measured marginals' totals) and its sd.",
+}
+
+
 def _vector(description: str) -> dict[str, Any]:
     return {"type": "array", "items": _NULLABLE_NUMBER, "description": description}
 
@@ -337,7 +355,13 @@ def record_schema() -> dict[str, Any]:
                     },
                 },
                 "output": _object(
-                    {"file": {"type": "string"}, "sha256": sha, "rows": {"type": "integer"}}
+                    {
+                        "file": {"type": "string"},
+                        "sha256": sha,
+                        "rows": {"type": "integer"},
+                        "population": _POPULATION,
+                    },
+                    ["file", "sha256", "rows"],  # population: optional, so older records verify
                 ),
                 "signature": signature,
             },

@@ -134,7 +134,7 @@ def test_f1_is_measured_from_accuracy_and_true_positives() -> None:
     assert abs(res.real_noisy - exact) < 5 * res.sigma
     assert res.synthetic_after == pytest.approx(f1_score(SYN.codes["income"], _predict(q, SYN)))
     assert res.verdict == ("pass" if exact - 2 * res.sigma > 0.2 else "inconclusive")
-    assert acceptance.acceptance_queries(req) == 2
+    assert acceptance.acceptance_queries(req, REAL.domain) == 2
 
 
 def _predict(q, table) -> np.ndarray:
@@ -187,7 +187,7 @@ def test_predicted_sd_matches_monte_carlo_at_the_prior(metric: str) -> None:
     s_measure, s_test = 1e-3, 2e-3
     pred = acceptance.predicted_sd(req, s_measure, s_test, DOMAIN)
     parts = np.asarray(acceptance._PRIOR_PARTS[metric])
-    k = acceptance.acceptance_queries(req)
+    k = acceptance.acceptance_queries(req, DOMAIN)
     sig = np.array([s_test] * k + [s_measure] * (parts.size - k))
     rng = np.random.default_rng(1)
     span = 98.0 if model == "linear" else 1.0

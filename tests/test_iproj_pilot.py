@@ -71,7 +71,7 @@ def test_the_plan_measures_the_pilot_alone() -> None:
     evaluable); its release needs the rho at which that accuracy (sensitivity 1/n) has sd
     PILOT_SD_FRACTION t. A bound, f1 or a linear model keeps its moments and has no pilot."""
     m = expand_requirements([LOGIT], DOMAIN)
-    assert piloted(LOGIT) and m.queries == (pilot_query(LOGIT),)
+    assert piloted(LOGIT) and m.queries == (pilot_query(LOGIT, DOMAIN),)
     (q,) = m.queries
     assert isinstance(q, ModelAccuracy) and not q.fitted
     with pytest.raises(ValueError, match="fitted at compile time"):

@@ -14,6 +14,8 @@ import dpql
 from dpql.codec import decode, encode_frame
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
+from dpql.plan.describe import describe_query
+from dpql.plan.ir import Count, TruePred
 from dpql.spec.load import build_domain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,20 +110,25 @@ def test_keep_with_gan_is_refused(tmp_path: Path) -> None:
     assert [d.code for d in err.value.diagnostics if "gan" in d.message] == ["E109", "E109"]
 
 
-def test_requirement_on_kept_column_is_refused(tmp_path: Path) -> None:
+def test_requirement_on_kept_column_is_planned_over_present_rows(tmp_path: Path) -> None:
+    """A corr over a kept column is no longer refused: its measures are sums over the rows
+    where both columns are present, with their count (a ratio estimator)."""
     spec = _spec_with_blanks(tmp_path)
     spec.write_text(
         spec.read_text().replace(
             "corr(age, education_num) within 0.05", "corr(age, hours_per_week) within 0.05"
         )
     )
-    with pytest.raises(DiagnosticError) as err:
-        dpql.build_plan(dpql.load_spec(spec))
-    (d,) = err.value.diagnostics
-    assert d.code == "E501" and "missing: keep" in d.message and "hours_per_week" in d.message
+    plan = dpql.build_plan(dpql.load_spec(spec))
+    assert plan.measures is not None
+    text = [describe_query(q, plan.spec.domain) for q in plan.measures.queries]
+    assert all("hours_per_week is present" in t for t in text), text
+    assert text[-1] == "count(hours_per_week is present)"
 
 
-def test_drop_refuses_requirements_that_need_every_row(tmp_path: Path) -> None:
+def test_drop_estimates_every_requirement_over_the_kept_rows(tmp_path: Path) -> None:
+    """Under drop the release describes the complete cases: corr, mean and count are ratios
+    to the kept rows' count (count(true)), not refused."""
     spec = _spec_with_blanks(tmp_path)
     text = spec.read_text().replace("missing: keep", "missing: drop")
     req = (
@@ -131,10 +138,7 @@ def test_drop_refuses_requirements_that_need_every_row(tmp_path: Path) -> None:
     )
     text = re.sub(r"requirements:\n(  - .*\n)+", req, text)
     spec.write_text(text)
-    with pytest.raises(DiagnosticError) as err:
-        dpql.load_spec(spec)
-    bad = [d for d in err.value.diagnostics if d.code == "E112"]
-    assert [d.message.split("'")[1] for d in bad] == [
-        "corr(age, education_num) within 0.05",
-        "mean(age) within 1",
-    ]
+    plan = dpql.build_plan(dpql.load_spec(spec))
+    assert plan.measures is not None
+    kept = plan.measures.queries.index(Count(TruePred()))
+    assert all(kept in cells for cells in plan.measures.index)

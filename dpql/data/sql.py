@@ -446,7 +446,10 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     if isinstance(q, CentredProduct):
         left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
         c, d = (double(x) for x in q.centres)
-        return _grid_sum(f"({left} - {c}) * ({right} - {d})"), None
+        value = f"({left} - {c}) * ({right} - {d})"
+        if not isinstance(q.given, TruePred):
+            value = f"CASE WHEN {pred_sql(q.given, domain)} THEN {value} ELSE 0.0 END"
+        return _grid_sum(value), None
     raise TypeError(f"not a query: {q!r}")
 
 
@@ -489,9 +492,12 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
         _linear_score(w, b, q.features, domain) for w, b in zip(q.coef, q.intercept, strict=True)
     ]
     y = domain.names.index(q.label)
+    # the rows outside ``given`` score 0: they are left out of the sum
+    enc = "enc" if isinstance(q.given, TruePred) else f"enc WHERE {pred_sql(q.given, domain)}"
     if q.model == "linear":
         clip = f"LEAST(GREATEST({scores[0]}, {double(0.0)}), {double(1.0)})"
-        return f"SELECT {_grid_sum('e * e')} FROM (SELECT u{y} - {clip} AS e FROM enc) AS err"
+        errors = f"(SELECT u{y} - {clip} AS e FROM {enc}) AS err"
+        return f"SELECT COALESCE({_grid_sum('e * e')}, 0) FROM {errors}"
     items = ", ".join(f"{s} AS s{c}" for c, s in enumerate(scores))
     if len(scores) == 1:
         best = "0"
@@ -500,9 +506,9 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
         best = f"CASE {arms} END"
     top = "GREATEST(" + ", ".join(f"s{c}" for c in range(len(scores))) + ")"
     return (
-        f"SELECT SUM(CASE WHEN y = {best} THEN 1 ELSE 0 END) FROM (SELECT y, "
+        f"SELECT COALESCE(SUM(CASE WHEN y = {best} THEN 1 ELSE 0 END), 0) FROM (SELECT y, "
         f"{', '.join(f's{c}' for c in range(len(scores)))}, {top} AS m FROM "
-        f"(SELECT c{y} AS y, {items} FROM enc) AS scored) AS ranked"
+        f"(SELECT c{y} AS y, {items} FROM {enc}) AS scored) AS ranked"
     )
 
 

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dpql.diagnostics_registry.base import CHECK, PLANS, EntryList
+from dpql.diagnostics_registry.base import CHECK, PLANS, DiagnosticCode, EntryList
 
 ENTRIES = EntryList()
 
@@ -235,17 +235,16 @@ ENTRIES.error(
     "`requirements` 200, one DSL string 10,000 characters, `edges` 1,000,001",
     points="the value",
 )
-ENTRIES.error(
-    "E112",
-    "requirement cannot be estimated under `missing: drop` (corr, linear, logistic, "
-    "unconditional mean)",
-    PLANS,
-    CHECKS,
-    details="a `corr`, `linear`, `logistic` or unconditional `mean` requirement in a spec with "
-    "a `missing: drop` column: a dropped row contributes 0 to every sum over the public n, "
-    "which biases first and second moments; a conditional mean (`mean(x` given `p)`) and "
-    "`count` stay well defined",
-    points="the requirement",
+ENTRIES.append(
+    DiagnosticCode(
+        "E112",
+        "error",
+        "requirement cannot be estimated under `missing: drop` (no longer reported: a release "
+        "under drop describes the complete cases, and every requirement is estimated over them)",
+        PLANS,
+        (),
+        reserved=True,
+    )
 )
 ENTRIES.error(
     "E120",
@@ -279,6 +278,26 @@ ENTRIES.warning(
     details="`delta` is not below `1/rows` (allowed in the spec; policies usually forbid it, see "
     "`P006`)",
     points="`privacy.delta`",
+)
+ENTRIES.warning(
+    "W102",
+    "`missing: drop`: the table describes the rows where the column is present",
+    PLANS,
+    CHECKS,
+    details="a column has `missing: drop`: the release describes the complete cases (the rows "
+    "where every dropped column is present), not every row (`docs/missing.md`)",
+    points="the column's `missing` (or the top-level one)",
+)
+ENTRIES.warning(
+    "W103",
+    "an integer column looks like codes or years but is binned numerically",
+    PLANS,
+    CHECKS,
+    details="an integer column whose name says codes or years (occupation, industry, year, "
+    "...), or whose bounds are calendar years, has bins wider than one integer: a bin mixes "
+    "codes and the release draws values that may not exist; declare it categorical (or a "
+    "`values_file` with a `group`)",
+    points="the column",
 )
 
 # ------------------------------------------------------------------------------------------------

@@ -315,7 +315,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     k = len(measures.queries) if measures else 0
     if "iproj.measure" in phase_rho and measures is not None and k:
         lines.extend(_measure_lines(measures, phase_rho["iproj.measure"], n))
-    n_tests = sum(acceptance_queries(r) for r in requirements)
+    n_tests = sum(acceptance_queries(r, domain) for r in requirements)
     if n_tests and "accept.test" in phase_rho:
         rho = phase_rho["accept.test"]
         lines.append(

@@ -525,11 +525,13 @@ def _tolerance(s: _Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance |
 def _model(s: _Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requirement | None:
     if m.kind == "logistic":
         label = _lookup(s, m.label, "the label of logistic", "categorical")
-        if isinstance(label, CategoricalColumn) and label.card != 2:
+        # the values, not the null state of a missing: keep label (a model is fitted and
+        # tested on the rows where its columns are present)
+        if isinstance(label, CategoricalColumn) and len(label.values) != 2:
             s.error(
                 "E308",
                 f"the label of logistic must have exactly 2 values; '{label.name}' has "
-                f"{label.card}",
+                f"{len(label.values)}",
                 m.label,
             )
             label = None

@@ -162,7 +162,11 @@ def build_domain(spec: ReleaseSpec) -> Domain:
         else c
         for c in columns
     ]
-    return Domain(tuple(columns))
+    # missing: drop: the release describes the rows where these columns are present
+    dropped = tuple(
+        c.name for c in columns if (spec.columns[c.name].missing or spec.missing) == "drop"
+    )
+    return Domain(tuple(columns), dropped)
 
 
 def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
