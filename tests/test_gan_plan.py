@@ -65,7 +65,9 @@ def test_options_are_the_specs_model_and_every_problem_is_located(tmp_path):
     text = (root / "adult-gan" / "adult-gan.release.yaml").read_text(encoding="utf-8")
     spec = tmp_path / "adult-gan" / "gan.yaml"
     spec.parent.mkdir()
-    bad = text.replace("ae_steps: 1000", "ae_step: 5", 1).replace("ae_batch_size: 256", "ae_batch_size: -1", 1)
+    bad = text.replace("ae_steps: 1000", "ae_step: 5", 1).replace(
+        "ae_batch_size: 256", "ae_batch_size: -1", 1
+    )
     assert bad != text
     spec.write_text(bad, encoding="utf-8")
     with pytest.raises(DiagnosticError) as err:
@@ -136,3 +138,21 @@ def test_gan_package_never_imports_the_data_layer():
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n == "dpql.data" or n.startswith("dpql.data.") for n in names), path
+
+
+def test_gan_defaults_to_drop_and_other_methods_to_keep(tmp_path: Path) -> None:
+    """The gan encoding has no null state, so a spec that names no missing rule drops there and
+    keeps everywhere else (the default rule is a public fact of the spec, never of the data)."""
+    from dpql.spec.load import load_spec
+
+    example = Path(__file__).parent.parent / "examples/adult-gan"
+    text = (example / "adult-gan.release.yaml").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if not ln.startswith("missing:")]
+    text = "\n".join(lines).replace(
+        "../adult/adult_train.csv.gz", str(example.parent / "adult/adult_train.csv.gz")
+    )
+    spec = tmp_path / "gan.release.yaml"
+    spec.write_text(text, encoding="utf-8")
+    assert load_spec(spec).model.missing == "drop"
+    adult = load_spec(example.parent / "adult/adult.release.yaml").model
+    assert "missing" not in adult.model_fields_set and adult.missing == "keep"

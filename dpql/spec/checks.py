@@ -409,6 +409,8 @@ def _guidance(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
     if dropped:
         name = dropped[0]
         at = ("schema", name, "missing") if spec.columns[name].missing else ("missing",)
+        if not doc.has(at):  # the default rule under method: gan
+            at = ("synthesizer", "method")
         names = ", ".join(dropped)
         out.append(
             Diagnostic(

@@ -523,8 +523,9 @@ class ReleaseSpec(_Model):
     columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1, max_length=MAX_COLUMNS)
     missing: Literal["error", "drop", "keep"] = Field(
         "keep",
-        description="Default missing-value rule of every column ('error' is refused: use "
-        "dpql validate for the strict look at the data).",
+        description="Default missing-value rule of every column: keep (with method: gan, whose "
+        "encoding has no null state, drop); 'error' is refused: use dpql validate for the strict "
+        "look at the data.",
     )
     privacy: PrivacySpec
     workload: list[DslStr] = Field(
@@ -538,6 +539,16 @@ class ReleaseSpec(_Model):
     synthesizer: SynthesizerSpec
     postprocess: PostprocessSpec | None = None
     output: OutputSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_missing(cls, v: Any) -> Any:
+        # the gan synthesizer's encoding has no null state: its default rule is drop
+        if isinstance(v, dict) and "missing" not in v:
+            synth = v.get("synthesizer")
+            if isinstance(synth, dict) and synth.get("method") == "gan":
+                return {**v, "missing": "drop"}
+        return v
 
     @field_validator("requirements", mode="before")
     @classmethod
