@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from guards import wait_or_fail
 
 from dpql.check import (
     ReleaseRecord,
@@ -370,7 +371,7 @@ def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
         time.sleep(max(0.0, delay - (time.perf_counter() - t)))
         killed[delay].send_signal(signal.SIGKILL)
     for proc in [*procs.values(), *killed.values()]:
-        proc.wait(timeout=60)
+        wait_or_fail(proc, "a dpql compile to be killed")
     assert all(p.returncode == -signal.SIGKILL for p in procs.values())
     outcomes = {k: _check_outcome(s) for k, s in instrumented.items()}
     # replace 1 writes the pending line, 2-4 rename the outputs into place, 5 commits
@@ -434,7 +435,7 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     cap = (two + three) / 2
     policy.write_text(POLICY.format(cap=cap), encoding="utf-8")
     procs = [_popen(s, "--policy", str(policy)) for s in specs]
-    codes = sorted(p.wait(timeout=120) for p in procs)
+    codes = sorted(wait_or_fail(p, "a concurrent dpql compile") for p in procs)
     errors = b"".join(p.stderr.read() for p in procs if p.stderr).decode()
     assert codes == [0, 0, 1], errors
     assert "error[P007]" in errors and "Traceback" not in errors
