@@ -42,7 +42,7 @@ def correlation_matrix(t: EncodedTable, columns: Sequence[str] | None = None) ->
     something).
 
     A constant column has zero correlation with every other column (and 1 with itself) instead
-    of NaN (`postprocessing.md` pitfall 12), so the L1 difference stays finite.
+    of NaN (a correlation with a constant is 0/0), so the L1 difference stays finite.
     """
     names = t.domain.names if columns is None else tuple(columns)
     x = np.column_stack(
