@@ -29,12 +29,12 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
   mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)
   runs in numpy (``dpql.synth.graphical``), since mbi would compile each of those small eager
-  operations anew for every clique structure: that cut the Adult release from 23 to 15 s.
+  operations anew for every clique structure.
 * **Balanced rows.** The rows sampled from the final model are rearranged by value swaps within
   columns until their marginals on the workload (the maximal candidates) are close to the
-  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``):
-  on the suite's 1,000-row table at epsilon 1 that took the mean 3-way TVD from 0.250 to
-  about 0.22, below independent columns' 0.232 (``benchmarks/suite/NOTES.md``).
+  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``),
+  which removes most of the sampling noise an ``n``-row sample adds to those marginals
+  (``benchmarks/suite``).
 
 Only marginal queries of the workload drive the candidates (the downward closure of its
 marginals, 2-way and up; all column pairs when it has none); other queries (thresholds,
@@ -71,8 +71,8 @@ def machine_model_cap(cpus: int | None = None, memory_bytes: int | None = None) 
     of compile's memory limit (``dpql.plan.resources.memory_limit``).
 
     A mirror-descent step's work grows with the model's size and XLA spreads it over the
-    cores: 20 MB keeps the Adult release near 15 s on 2 cores (``benchmarks/suite/NOTES.md``),
-    and from 8 cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
+    cores, so the cap scales with them: a small machine keeps each fit short, and from 8
+    cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
     potentials, marginals and messages, hence the memory share. Public (no data); the cap in
     use is in the plan's and the record's synthesizer options."""
     import os
@@ -340,8 +340,7 @@ class AimBackend:
         s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
                      options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
         # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
-        # compilation of each round's new clique structure, about 2 s per fit on 2 cores
-        # (benchmarks/suite/NOTES.md)
+        # compilation of each round's new clique structure
         # the row balancer holds the workload marginals' counts and targets (float32) and the
         # model's marginal of each (float64)
         balance = 16 * sum(dom.cells(cl) for cl in s.targets) if options.balance_sweeps else 0
