@@ -29,7 +29,7 @@ def gaussian_sigma(l2_sensitivity: float, rho: float) -> float:
     """sigma = l2_sensitivity / sqrt(2 rho): the Gaussian mechanism's std for rho-zCDP.
 
     Bun & Steinke 2016, Prop. 1.6: adding N(0, sigma^2 I) to f with L2 sensitivity Delta is
-    Delta^2/(2 sigma^2)-zCDP (rap_pp.md §4.1, Def. 8 and Lemma 1).
+    Delta^2/(2 sigma^2)-zCDP (as in Vietri et al. 2022, §2.2, Definition 8 and Lemma 1).
     """
     _check_positive("l2_sensitivity", l2_sensitivity)
     _check_positive("rho", rho)

@@ -32,8 +32,9 @@ of a malformed CSV row; :mod:`dpql.codec`), so every rule is total: no cell make
 
 Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
 is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
-(default 1/4 and 3/4 of each adaptive round; rap_pp.md §4.2 uses one half each),
-``autoencoder``/``generator`` for gan (dp_auto_gan.md §4.2). Shares are positive and sum to 1.
+(default 1/4 and 3/4 of each adaptive round; Vietri et al. 2022, App. C, use one half each),
+``autoencoder``/``generator`` for gan (the two DP-SGD phases Tantipongpipat et al. 2019 compose
+by Lemma 4, §3.3). Shares are positive and sum to 1.
 """
 
 from __future__ import annotations
@@ -210,8 +211,9 @@ class PrivacySpec(_Model):
 
 
 class RapOptions(_Model):
-    """Every RAP++ knob (rap_pp.md §4), with its default; the one options model of the rap
-    backend (``dpql.synth.rap``), so each option error has a position in the spec."""
+    """Every RAP++ knob (Vietri et al. 2022, Algorithms 1 and 2), with its default; the one
+    options model of the rap backend (``dpql.synth.rap``), so each option error has a position
+    in the spec."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] = 8
     queries_per_round: Annotated[int, Field(gt=0, le=100_000)] = 4
@@ -254,7 +256,7 @@ NoisePair = Annotated[tuple[PositiveFloat, PositiveFloat], Field(strict=False)]
 
 class GanOptions(_Model):
     """Every DP-auto-GAN knob (architecture, optimisation, DP-SGD), with the paper's Adult
-    setting as defaults (digest ``dp_auto_gan.md`` §4.4): the one options model of the gan
+    setting as defaults (Tantipongpipat et al. 2019, App. E.1): the one options model of the gan
     backend (``dpql.synth.gan``). ``noise_multipliers = [psi_autoencoder, psi_critic]`` fixes
     the noise as in the paper's reproduction runs; unset, the planner calibrates both to the
     budget. ``seed`` seeds parameter initialisation only, never DP noise or sampling."""
@@ -280,7 +282,7 @@ class GanOptions(_Model):
     encoding: Literal["minmax", "bins"] = Field(
         "minmax",
         description="Numeric columns as one min-max-scaled coordinate (the paper's), or as a "
-        "one-hot block over their public bins plus a within-bin offset (issue 16).",
+        "one-hot block over their public bins plus a within-bin offset.",
     )
     integer_levels: Annotated[int, Field(ge=0, le=256)] = Field(
         16,
