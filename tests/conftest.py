@@ -1,10 +1,18 @@
-"""Test configuration: hypothesis runs derandomized so CI is reproducible; ``perf`` tests
-(timings, meaningful only on an idle machine) are skipped unless ``-m`` names them."""
+"""Test configuration and shared fixtures.
+
+Hypothesis runs derandomized so CI is reproducible; ``perf`` tests (timings, meaningful only on
+an idle machine) are skipped unless ``-m`` names them. Shared fixtures: the ``real`` / ``syn``
+tables of the iproj, requirements and accept tests, and the small Adult release
+(``small_release``, ``write_small_release``) of the end-to-end tests.
+"""
 
 from __future__ import annotations
 
 import pytest
 from hypothesis import settings
+from test_iproj_support import make_table
+
+from dpql.domain import EncodedTable
 
 settings.register_profile("dpql", derandomize=True, print_blob=True)
 settings.load_profile("dpql")
@@ -17,3 +25,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "perf" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def real() -> EncodedTable:
+    """The shared "real" table of the iproj / requirements / accept tests: 8,000 correlated
+    mixed-type rows (``test_iproj_support.make_table``), read-only so no test can change it
+    for the next."""
+    return _read_only(make_table(8000, seed=1))
+
+
+@pytest.fixture(scope="session")
+def syn() -> EncodedTable:
+    """The shared "synthetic" table: 4,000 rows of the same generator with its joint
+    distribution shifted, so it differs from ``real`` the way a synthesizer's output does."""
+    return _read_only(make_table(4000, seed=2, shift=0.5))
+
+
+def _read_only(table: EncodedTable) -> EncodedTable:
+    for column in (*table.codes.values(), *table.scaled.values()):
+        column.flags.writeable = False
+    return table
