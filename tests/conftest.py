@@ -3,13 +3,17 @@
 Hypothesis runs derandomized so CI is reproducible; ``perf`` tests (timings, meaningful only on
 an idle machine) are skipped unless ``-m`` names them. Shared fixtures: the ``real`` / ``syn``
 tables of the iproj, requirements and accept tests, and the small Adult release
-(``small_release``, ``write_small_release``) of the end-to-end tests.
+(``small_release``; ``releases.write_small_release`` writes it elsewhere) of the end-to-end
+tests.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import settings
+from releases import write_small_release
 from test_iproj_support import make_table
 
 from dpql.domain import EncodedTable
@@ -46,3 +50,9 @@ def _read_only(table: EncodedTable) -> EncodedTable:
     for column in (*table.codes.values(), *table.scaled.values()):
         column.flags.writeable = False
     return table
+
+
+@pytest.fixture
+def small_release(tmp_path: Path) -> Path:
+    """The small Adult release (3,000 rows) written to ``tmp_path``."""
+    return write_small_release(tmp_path)

@@ -7,33 +7,11 @@ import re
 from pathlib import Path
 
 import pandas as pd
-import pytest
 
 from dpql.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
-
-
-@pytest.fixture()
-def small_release(tmp_path: Path) -> Path:
-    """The example spec on 3000 rows, a light workload and fast RAP options."""
-    df = pd.read_csv(EXAMPLE / "adult_train.csv.gz").head(3000)
-    df.to_csv(tmp_path / "train.csv", index=False)
-    text = (EXAMPLE / "adult.release.yaml").read_text()
-    text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 3000")
-    text = re.sub(
-        r"workload:\n(  - .*\n)+",
-        "workload:\n  - marginals(2) over [age, sex, income, race]\n  - count(age >= 65 and hours_per_week > 40)\n",
-        text,
-    )
-    text = text.replace(
-        "  rows: 3000\n\npostprocess",
-        "  rows: 3000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess",
-    )
-    path = tmp_path / "release.yaml"
-    path.write_text(text)
-    return path
 
 
 def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys):
