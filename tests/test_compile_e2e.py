@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from dpql.cli import main
 
@@ -14,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
 
 
+@pytest.mark.e2e
 def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys):
     ledger = small_release.parent / "ledger.jsonl"
     args = ["compile", str(small_release), "--seed", "1", "--quiet", "--ledger", str(ledger)]
@@ -54,6 +56,7 @@ def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys
     assert main(["verify", str(record_path)]) == 1
 
 
+@pytest.mark.e2e
 def test_interrupted_compile_leaves_no_output(small_release: Path, monkeypatch):
     import dpql.synth.rap.program as rap
 

@@ -54,6 +54,7 @@ def test_shipped_table_is_the_public_only_generator_output() -> None:
     )
 
 
+@pytest.mark.e2e
 def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypatch) -> None:
     spec = _spec_in(tmp_path)
     seen = spy_recentre(monkeypatch)
@@ -156,6 +157,7 @@ def test_external_budget_must_leave_room_for_post_processing(tmp_path: Path, cap
     assert "error[E150]" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_add_remove_budget_is_charged_as_replace_one_end_to_end(tmp_path: Path) -> None:
     """A guarantee declared under add/remove is charged as (2e, (1 + e^e) d) under replace-one;
     the record keeps both, verifies, and the lifetime ledger line carries the RDP curve."""

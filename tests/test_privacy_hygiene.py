@@ -65,6 +65,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # 1. timings: curator file only
 
 
+@pytest.mark.e2e
 def test_the_public_record_holds_no_timings(compiled: Path) -> None:
     out = compiled.parent / "out"
     record = json.loads((out / "adult_synthetic.provenance.json").read_text())
@@ -88,6 +89,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.e2e
 def test_curator_file_is_apart_private_and_holds_a_keyed_hmac(compiled: Path) -> None:
     folder = compiled.parent / "curator"
     path = folder / "adult_synthetic.CURATOR-ONLY.json"
@@ -329,6 +331,7 @@ def _compile_refused(spec: Path, capsys) -> str:
     return err
 
 
+@pytest.mark.e2e
 def test_compile_refuses_an_overspending_allocation_at_the_odometer(
     tmp_path, greedy_measurer, capsys
 ) -> None:
@@ -336,6 +339,7 @@ def test_compile_refuses_an_overspending_allocation_at_the_odometer(
     assert "privacy budget exceeded by '" in err  # refused by the ledger, at the event
 
 
+@pytest.mark.e2e
 def test_compile_rechecks_the_spend_before_writing(
     tmp_path, greedy_measurer, monkeypatch, capsys
 ) -> None:

@@ -55,6 +55,7 @@ def _mutations(record: dict) -> dict[str, dict]:
     return out
 
 
+@pytest.mark.e2e
 def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release: Path, capsys, monkeypatch):
     seen = spy_recentre(monkeypatch)
     assert main(["compile", str(small_release), "--seed", "3", "--quiet"]) == 0

@@ -122,6 +122,7 @@ def _default_ledger(spec: Path) -> Path:
     return spec.parent / "train.csv.ledger.jsonl"
 
 
+@pytest.mark.e2e
 def test_second_compile_needs_force_and_every_compile_is_in_the_default_ledger(
     spec: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,6 +244,7 @@ def _policy(folder: Path, cap: float, create_ledger: bool = True) -> Path:
     return policy
 
 
+@pytest.mark.e2e
 def test_policy_caps_are_enforced_by_compile_before_the_data_is_read(
     spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
@@ -354,6 +356,7 @@ def _check_outcome(spec: Path) -> str:
     return "pending" if before and before[-1].status == "pending" else "committed"
 
 
+@pytest.mark.e2e
 def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -381,6 +384,7 @@ def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
     capsys.readouterr()
 
 
+@pytest.mark.e2e
 def test_a_pending_line_is_rolled_forward_or_abandoned(spec: Path) -> None:
     """The recovery step on its own: a pending line whose staged files are all there is
     completed; one whose staged files are gone is marked abandoned (still counted as spent)."""
@@ -409,6 +413,7 @@ def test_a_pending_line_is_rolled_forward_or_abandoned(spec: Path) -> None:
     assert "abandoned" in note and [r.status for r in read_ledger(ledger)] == ["abandoned"]
 
 
+@pytest.mark.e2e
 def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     tmp_path: Path,
 ) -> None:
@@ -451,6 +456,7 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
 # Ctrl-C, progress lines, the plan's accounting
 
 
+@pytest.mark.e2e
 def test_ctrl_c_says_what_was_written(
     spec: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -475,6 +481,7 @@ def test_ctrl_c_says_what_was_written(
     assert [r.status for r in read_ledger(_default_ledger(spec))] == ["committed"]
 
 
+@pytest.mark.e2e
 def test_plain_progress_lines_when_stderr_is_not_a_terminal(
     spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -28,6 +28,8 @@ from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import PrivacyEvent
 from dpql.signing import SigningError, sign_record, verify_signature
 
+pytestmark = pytest.mark.e2e  # every test reads the one signed release the fixture compiles
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
 
