@@ -279,7 +279,8 @@ def marginal_l1(data: dict[str, np.ndarray], targets: Sequence[tuple[tuple[str, 
 
 
 #: the default work of :func:`balance_rows`: swap proposals times the targets a column is in
-#: (1.5 million proposals on 11 columns' 3-way marginals, about 1-2 s on 2 cores)
+#: (enough proposals for the 3-way marginals of a dozen columns, bounded so that balancing
+#: stays a small part of a release)
 BALANCE_WORK = 70_000_000
 #: row pairs judged at once (one scan step)
 BALANCE_BATCH = 64
