@@ -519,17 +519,15 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
     (:data:`PLANNING_SD`: sd = range / sqrt(24), E u = 1/2, E(u - 1/2)^2 = 1/24), categorical
     values and predicates under the uniform prior. The delta method's derivative of a
     correlation is ``1 / (sd_a sd_b)``, so the spread sets the need: the uniform spread
-    (range / sqrt(12)), which the planner used before, is the *widest* a bounded column can
-    plausibly have and predicted half the sd compile then measured on Adult (age and
-    hours_per_week have sds of 0.19 and 0.13 of their ranges). The triangular is the usual
-    reference for a quantity known only by its range and most likely in its middle (half the
-    uniform's variance): it predicts the Adult correlation's test sd to within 10% (compile's
-    within-release allocation, ``dpql.postprocess.allocation``, recovers the rest of its
-    concentration). It is a reference, not a bound: a column more concentrated than it (or a
-    correlation between columns with off-centre means) has a larger sd, which the record reports
-    (``requirements[].sigma``, the delta method at the noisy values). For ``mean(a | P)`` the
-    conditional mean is taken at the worst case (ratio 1), giving ``span * sigma * sqrt(2) /
-    P(P)``, whatever the spread.
+    (range / sqrt(12)) is the *widest* a bounded column can plausibly have, and real columns
+    are more concentrated, so it under-predicts the sd. The triangular is the usual reference
+    for a quantity known only by its range and most likely in its middle (half the uniform's
+    variance); compile's within-release allocation (``dpql.postprocess.allocation``) recovers
+    the rest of a column's concentration. It is a reference, not a bound: a column more
+    concentrated than it (or a correlation between columns with off-centre means) has a larger
+    sd, which the record reports (``requirements[].sigma``, the delta method at the noisy
+    values). For ``mean(a | P)`` the conditional mean is taken at the worst case (ratio 1),
+    giving ``span * sigma * sqrt(2) / P(P)``, whatever the spread.
 
     Model requirements are decided by their own DP test: see
     :func:`dpql.plan.acceptance.predicted_sd`.
