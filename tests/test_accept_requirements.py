@@ -279,6 +279,7 @@ def test_moment_acceptance_reports_noisy_before_after(real, syn) -> None:
     json.dumps([c.to_json(), m.to_json(), other.to_json()])
 
 
+@pytest.mark.slow
 def test_run_postprocess_spends_the_two_planned_phases(real, syn) -> None:
     reqs = (LOGIT, CorrRequirement("age", "hours", Tolerance(within=0.05)))
     plan = SimpleNamespace(
@@ -350,6 +351,7 @@ def test_constant_column_gives_a_warning_and_an_inconclusive_note(real, syn) -> 
     assert res.to_json()["synthetic_after"] is None  # JSON has no NaN
 
 
+@pytest.mark.slow
 def test_one_distinct_row_and_nan_rows_through_the_acceptance_path(real, syn) -> None:
     reqs = (LOGIT, CorrRequirement("age", "hours", Tolerance(within=0.5), text="corr"))
     plan = SimpleNamespace(

@@ -74,6 +74,7 @@ def test_poisson_mask_includes_each_row_at_rate_q():
         assert abs(half.sum() - rows / 2 * q) < 5 * math.sqrt(rows / 2 * q)
 
 
+@pytest.mark.slow
 def test_chunked_sum_covers_every_sampled_row_even_beyond_one_chunk(problem):
     params, rows, _ = problem
     phase = _phase(0.9, 0.5, 1.0, 4.0)  # chunk of 7 rows, ~36 sampled: several chunks
@@ -91,6 +92,7 @@ def test_chunked_sum_covers_every_sampled_row_even_beyond_one_chunk(problem):
         np.testing.assert_allclose(total[name], clipped[name][keep].sum(0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_noise_added_to_the_summed_gradient_has_std_z_times_c(problem):
     params, rows, _ = problem
     z, clip, expected = 1.7, 0.3, 25.0
@@ -124,6 +126,7 @@ def _sizes_are_binomial(samples: list[np.ndarray], rows: int, q: float) -> None:
     assert abs(sizes.var(ddof=1) - var) < 5 * var * math.sqrt(2 / (m - 1) + kurtosis / m)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gap_sigmas", [6.0, -2.0])  # -2: most steps need a second draw of gaps
 def test_poisson_batches_include_each_row_independently_at_rate_q(gap_sigmas, monkeypatch):
     monkeypatch.setattr(dpsgd, "GAP_SIGMAS", gap_sigmas)
@@ -182,6 +185,7 @@ def test_poisson_batches_edge_rates_and_reproducibility():
     assert len({tuple(s) for s in a}) == 4  # steps are not copies of each other
 
 
+@pytest.mark.slow
 def test_sampled_gradient_equals_the_masked_one_when_every_row_is_sampled(problem):
     params, rows, _ = problem
     phase = _phase(1.0, 0.4, 1.3, 40.0)
@@ -255,6 +259,7 @@ def test_streamed_blocks_hold_exactly_each_steps_sample_encoded(monkeypatch):
             assert not batches[s, counts[s] :].any()
 
 
+@pytest.mark.slow
 def test_training_on_rows_sampled_on_the_host(monkeypatch):
     options = GanOptions.from_mapping(
         {

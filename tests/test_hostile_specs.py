@@ -171,6 +171,7 @@ def test_alias_bomb_is_refused_without_expanding_it(
     assert peak < 64 << 20, peak  # 10^12 values if expanded
 
 
+@pytest.mark.slow
 def test_plan_is_bounded_in_memory_in_a_limited_process(tmp_path: Path) -> None:
     """The cases that allocated gigabytes before (7.45 GiB for the bins, 10^9 values for the
     alias bomb) run in a child limited to 3 GiB of address space: each is refused, none is
@@ -228,6 +229,7 @@ def test_markup_in_user_text_is_printed_literally(
     assert 'workclass == "[/]"' in out
 
 
+@pytest.mark.slow
 def test_planning_work_is_linear_in_the_weighted_requirements(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

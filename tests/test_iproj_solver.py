@@ -75,6 +75,7 @@ def test_dual_solution_satisfies_kkt(gamma: float) -> None:
         assert (~active).any() and np.all(np.abs(r[~active]) <= gamma)
 
 
+@pytest.mark.slow
 def test_stochastic_solver_agrees_with_newton() -> None:
     F, target = _random_problem(1, m=2048, k=5)
     exact = dual.solve_dual(F, target, 1e-5, method="newton")

@@ -90,6 +90,7 @@ def test_keeping_the_workload_reduces_its_drift(draw: int, real, syn) -> None:
         assert after.sum() < 0.8 * before.sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
 def test_the_moment_pull_brings_a_requirement_to_its_noisy_value(draw: int, real, syn) -> None:
     """Issue 15: a corr / mean requirement's verdict compares the table's value with the noisy

@@ -118,6 +118,7 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec",
     sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.release.yaml")),

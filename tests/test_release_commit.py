@@ -501,6 +501,7 @@ def test_plain_progress_lines_when_stderr_is_not_a_terminal(
     assert re.search(r"^time: plan \d+\.\ds, ", captured.out, re.M), captured.out
 
 
+@pytest.mark.slow
 def test_plan_shows_each_phase_in_its_own_accounting(capsys: pytest.CaptureFixture[str]) -> None:
     """No `rho 0` for DP-SGD phases or an external table, and a total in epsilon."""
     assert main(["plan", str(ROOT / "examples" / "adult-gan" / "adult-gan.release.yaml")]) == 0

@@ -230,6 +230,7 @@ def test_example_policy_ships_in_the_repo() -> None:
     assert policy.model.max_epsilon >= 1.0  # the Adult example passes `dpql check` with it
 
 
+@pytest.mark.slow
 def test_readme_test_command_ends_with_the_passed_line(tmp_path: Path) -> None:
     """``-q`` in the README plus ``-q`` in pyproject's addopts would give ``-qq``, which hides
     pytest's final "N passed" line: run the README's command with the project's configuration
