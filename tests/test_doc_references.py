@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 DOTTED = re.compile(r"\bdpql(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+FILE_SUFFIXES = {"yaml", "yml", "json", "jsonl", "toml", "md", "csv", "txt"}  # dpql.yaml: a file
 
 
 def _named() -> list[tuple[str, str]]:
@@ -25,6 +26,8 @@ def _named() -> list[tuple[str, str]]:
     for doc in DOCS:
         for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
             for name in DOTTED.findall(line):
+                if name.rsplit(".", 1)[-1] in FILE_SUFFIXES:
+                    continue
                 seen.setdefault(name.rstrip("."), f"{doc.relative_to(ROOT)}:{number}")
     return sorted(seen.items())
 
