@@ -24,7 +24,8 @@ of the same data source. Two sound statements of their spend with this release a
 :class:`LifetimeBudget` reports and enforces the statement with the smaller epsilon among those
 within both caps: ``lifetime.epsilon`` (P007) and, when set, ``lifetime.delta`` (P008). A
 record's ``rho`` is informational and null unless the release was pure zCDP; it is never used to
-compose (dpql before issue 14 recorded only the Gaussian and Gumbel part of a release there).
+compose (a record from an older dpql may hold only the zCDP part of a release there, so
+composing it could undercount).
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ def planned_spend(
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """(epsilon, delta)-DP of rho-zCDP: rho + 2 sqrt(rho log(1/delta)) (Bun & Steinke 2016,
-    Prop. 1.3; rap_pp.md §4.2). Looser than the tight conversion; not used for the lifetime."""
+    Prop. 1.3; as in Vietri et al. 2022, App. C). Looser than the tight conversion; not used
+    for the lifetime."""
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 

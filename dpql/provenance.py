@@ -138,7 +138,7 @@ def build_record(
     """
     delta = float(budget["delta"])
     accounted = epsilon_from_events(ledger.events, delta)
-    # rho only when every event is zCDP: DP-SGD and external events have none (issue 14 item 5)
+    # rho only when every event is zCDP: DP-SGD and external events have none
     spent = {"epsilon": accounted.epsilon, "delta": delta, "rho": accounted.rho}
     return {
         "dpql_provenance": RECORD_VERSION,

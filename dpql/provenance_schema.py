@@ -32,8 +32,8 @@ def _object(
 
 
 # The postprocess keys every record has; the later ones (prior_rows, ess_floor, shrink,
-# resampling_shift_sd, measure_error_sd_*, workload, pull: issue 15) are optional so older records
-# still verify.
+# resampling_shift_sd, measure_error_sd_*, workload, pull) are optional so records written before
+# they existed still verify.
 _POSTPROCESS_REQUIRED = [
     "method", "solver", "measures", "noise_sigma", "iterations", "gamma", "projection_distance",
     "kkt_violation", "kl_from_synthetic", "effective_sample_size", "sampling_seed", "lambda",

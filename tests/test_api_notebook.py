@@ -5,13 +5,13 @@ UserWarning on a compile (mbi's import-time warnings are filtered where dpql imp
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from guards import run_or_fail
 
 import dpql
 
@@ -50,6 +50,7 @@ def spec(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_compile_a_dataframe(spec: Path) -> None:
     df = _frame()
     seen: list[str] = []
@@ -82,6 +83,7 @@ def test_a_dataframe_goes_through_the_codec(spec: Path) -> None:
     assert not (spec.parent / "out").exists()
 
 
+@pytest.mark.e2e
 def test_overrides_summary_and_quality(spec: Path) -> None:
     _frame().to_csv(spec.parent / "elsewhere.csv", index=False)
     release = dpql.compile(
@@ -107,6 +109,7 @@ def test_a_bad_override_is_a_diagnostic(spec: Path) -> None:
     assert d.code == "E101" and "with overrides: privacy.epsilon" in d.pos.file
 
 
+@pytest.mark.e2e
 def test_evaluate_report_returns_its_headline(spec: Path, capsys) -> None:
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
@@ -131,13 +134,14 @@ def test_evaluate_report_returns_its_headline(spec: Path, capsys) -> None:
     assert doc["headline"]["largest"]["column"] in {"age", "pet", "owner"}
 
 
+@pytest.mark.e2e
 def test_no_user_warning_on_compile(spec: Path) -> None:
     """A fresh interpreter, so that mbi's import-time warnings would be issued here."""
     _frame().to_csv(spec.parent / "pets.csv", index=False)
-    proc = subprocess.run(
+    proc = run_or_fail(
         [sys.executable, "-W", "error::UserWarning", "-m", "dpql.cli", "compile", str(spec),
          "--seed", "0", "--quiet"],
-        capture_output=True, text=True, timeout=300, check=False,
+        "dpql compile in a fresh interpreter", capture_output=True, text=True, check=False,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(spec.parent)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

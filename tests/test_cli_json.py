@@ -46,6 +46,7 @@ def _run(capsys, *argv: str) -> tuple[int, dict]:
     return code, json.loads(out)  # the whole of stdout is one document
 
 
+@pytest.mark.e2e
 def test_compile_verify_and_check_print_one_document(spec: Path, capsys) -> None:
     code, doc = _run(capsys, "compile", str(spec), "--seed", "0", "--format", "json")
     assert code == 0 and doc["ok"] is True

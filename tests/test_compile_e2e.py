@@ -15,27 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
 
 
-@pytest.fixture()
-def small_release(tmp_path: Path) -> Path:
-    """The example spec on 3000 rows, a light workload and fast RAP options."""
-    df = pd.read_csv(EXAMPLE / "adult_train.csv.gz").head(3000)
-    df.to_csv(tmp_path / "train.csv", index=False)
-    text = (EXAMPLE / "adult.release.yaml").read_text()
-    text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 3000")
-    text = re.sub(
-        r"workload:\n(  - .*\n)+",
-        "workload:\n  - marginals(2) over [age, sex, income, race]\n  - count(age >= 65 and hours_per_week > 40)\n",
-        text,
-    )
-    text = text.replace(
-        "  rows: 3000\n\npostprocess",
-        "  rows: 3000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess",
-    )
-    path = tmp_path / "release.yaml"
-    path.write_text(text)
-    return path
-
-
+@pytest.mark.e2e
 def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys):
     ledger = small_release.parent / "ledger.jsonl"
     args = ["compile", str(small_release), "--seed", "1", "--quiet", "--ledger", str(ledger)]
@@ -76,6 +56,7 @@ def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys
     assert main(["verify", str(record_path)]) == 1
 
 
+@pytest.mark.e2e
 def test_interrupted_compile_leaves_no_output(small_release: Path, monkeypatch):
     import dpql.synth.rap.program as rap
 

@@ -234,6 +234,7 @@ def engine_factories(request: pytest.FixtureRequest, seed: int):
         yield "spark", lambda p, d, **kw: SparkEngine(p, d, session=session, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_engines_agree_on_random_tables_and_queries(
     seed: int, tmp_path: Path, request: pytest.FixtureRequest
@@ -393,6 +394,7 @@ def test_auto_picks_by_file_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     engine.close()
 
 
+@pytest.mark.slow
 def test_spark_engine_reads_errors_and_streams_rows_as_the_other_engines(
     tmp_path: Path, spark_session
 ) -> None:

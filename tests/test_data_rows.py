@@ -91,6 +91,7 @@ def test_open_private_rows_follows_the_engine_and_cleans_up(tmp_path: Path) -> N
     assert err.value.codes == ["E411"]
 
 
+@pytest.mark.e2e
 def test_gan_compile_trains_on_the_row_store_of_an_out_of_core_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

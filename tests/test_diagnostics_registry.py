@@ -65,6 +65,7 @@ def code_literals(raised_only: bool = False) -> dict[str, set[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_scan_sees_the_codes() -> None:
     """Guards the scan itself: it finds codes of every kind in the modules they are in."""
     found = code_literals()

@@ -1,11 +1,11 @@
-"""Bounded fuzzing of `dpql plan` (issue 20): byte-level mutations of the example spec and
+"""Bounded fuzzing of `dpql plan`: byte-level mutations of the example spec and
 generated DSL expressions never crash the planner.
 
 Every example runs the CLI in-process (``dpql.cli.main``) and must exit 0, or exit 1 with a
-diagnostic naming the spec file, within a time budget; exit 2 (an internal error: any uncaught
-exception, MemoryError or RecursionError included) fails the test. The default run is small
-(well under a minute); set ``DPQL_FUZZ_EXAMPLES`` for a longer one, e.g.
-``DPQL_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz_specs.py``.
+diagnostic naming the spec file; exit 2 (an internal error: any uncaught exception, MemoryError
+or RecursionError included) fails the test, and so does a plan that hangs
+(``guards.hang_guard``). The default run is small; set ``DPQL_FUZZ_EXAMPLES`` for a longer
+one, e.g. ``DPQL_FUZZ_EXAMPLES=2000 python -m pytest tests/test_fuzz_specs.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import io
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
+from guards import hang_guard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,14 +27,13 @@ from dpql.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "examples" / "adult" / "adult.release.yaml").read_bytes()
 EXAMPLES = int(os.environ.get("DPQL_FUZZ_EXAMPLES", "25"))
-BUDGET_SECONDS = 30.0  # per example; a refused million-query workload takes ~5 s
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-# Fragments that broke the loader or the planner before (issue 20), spliced in by mutations.
+# Fragments that broke the loader or the planner before, spliced in by mutations.
 HOSTILE = [
     b"9" * 5000,
     b"1e308",
@@ -193,14 +192,12 @@ def _with_dsl(workload: list[str], requirements: list[str]) -> bytes:
 def _plan_is_clean(spec: Path, content: bytes, fmt: str) -> None:
     spec.write_bytes(content)
     out, err = io.StringIO(), io.StringIO()
-    start = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(["plan", str(spec), "--format", fmt])
-    elapsed = time.perf_counter() - start
+    with hang_guard("dpql plan on a fuzzed spec"):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["plan", str(spec), "--format", fmt])
     shown = (err.getvalue() + out.getvalue())[-3000:]
     assert rc in (0, 1), f"exit {rc}:\n{shown}"
     assert "internal error" not in err.getvalue() and "Traceback" not in err.getvalue(), shown
-    assert elapsed < BUDGET_SECONDS, f"{elapsed:.1f} s"
     if rc == 1:
         if fmt == "json":
             diags = json.loads(out.getvalue())["diagnostics"]

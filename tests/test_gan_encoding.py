@@ -124,6 +124,7 @@ def plan_with(tmp_path: Path, share: float):
     return spec, BACKEND.plan(ctx), rho
 
 
+@pytest.mark.slow
 def test_marginal_phase_is_planned_and_the_dpsgd_calibration_composes_it(tmp_path):
     _, plan, rho = plan_with(tmp_path, 0.1)
     first, *dpsgd = plan.lines
@@ -156,6 +157,7 @@ class FakeOracle:
                 for q in queries]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_dp_frequencies_come_from_the_oracle_and_match_the_plans_lines(tmp_path, monkeypatch):
     from dpql.synth.gan import train
 

@@ -107,6 +107,7 @@ def test_fixed_noise_above_the_budget_is_a_planning_error():
     assert err.value.codes == ["gan-over-budget"]
 
 
+@pytest.mark.slow
 def test_calibrated_plan_spends_the_budget_with_the_releases_other_events():
     options = GanOptions(preset="paper", ae_steps=300, critic_steps=400)
     budget = SimpleNamespace(epsilon=1.0, delta=1e-5)

@@ -73,6 +73,7 @@ def test_an_existing_file_is_never_overwritten(people_csv: Path, capsys) -> None
     assert spec.read_text(encoding="utf-8") == "mine\n"
 
 
+@pytest.mark.e2e
 def test_parquet_gives_storage_types_and_filled_in_it_compiles(tmp_path: Path, capsys) -> None:
     data = tmp_path / "people.parquet"
     df = _people().drop(columns=["person_id"])

@@ -95,6 +95,7 @@ def test_the_plan_measures_the_pilot_alone() -> None:
         assert not any(isinstance(x, ModelAccuracy) for x in mm.queries) and mm.queries
 
 
+@pytest.mark.slow
 def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) -> None:
     """The fitted pilot replaces the plan's stand-in in the logistic's own release, and each
     ledger event keeps the plan line's rho and L2 sensitivity (what ``dpql verify`` checks), the
@@ -170,6 +171,7 @@ def test_the_pilot_anchors_are_the_fit_s_score_equations() -> None:
     assert run.pilot_anchors(m, [], SYN) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
 def test_the_pilot_closes_the_accuracy_gap(draw: int) -> None:
     """On a synthetic table whose label is more predictable than the real one, the model fitted
@@ -197,6 +199,7 @@ def test_the_pilot_closes_the_accuracy_gap(draw: int) -> None:
     assert not [d for d in out.iproj.diagnostics if d.code == "W510"]
 
 
+@pytest.mark.slow
 def test_a_pilot_out_of_reach_is_reported_with_its_figures() -> None:
     """A table whose label is close to noise (its model scores about 0.54 on it, 0.69 as the
     noisy real accuracy) and nothing guarding its marginals (an external one, the plain MAP

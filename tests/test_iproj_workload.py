@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_iproj_support import DOMAIN, ExactOracle, make_table
+from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.plan.exact import answer_all, per_row
 from dpql.plan.ir import (
@@ -21,14 +21,12 @@ from dpql.plan.ir import (
 from dpql.plan.requirements import expand_requirements
 from dpql.postprocess import iproj
 
-REAL = make_table(4000, seed=1)
-SYN = make_table(4000, seed=2, shift=0.5)
 WORKLOAD_SD = 0.004
 
 
-def _workload(seed: int = 5) -> list[tuple]:
-    """What a synthesizer measured and fitted: SYN's own answers plus noise of sd WORKLOAD_SD
-    (so SYN fits them within noise, as a synthesizer's output does)."""
+def _workload(syn, seed: int = 5) -> list[tuple]:
+    """What a synthesizer measured and fitted: syn's own answers plus noise of sd WORKLOAD_SD
+    (so syn fits them within noise, as a synthesizer's output does)."""
     rng = np.random.default_rng(seed)
     qs = [
         Marginal(("sex", "job")),
@@ -40,46 +38,46 @@ def _workload(seed: int = 5) -> list[tuple]:
     ]
     return [
         (q, a + rng.normal(0, WORKLOAD_SD, a.shape), WORKLOAD_SD)
-        for q, a in zip(qs, answer_all(qs, SYN), strict=True)
+        for q, a in zip(qs, answer_all(qs, syn), strict=True)
     ]
 
 
-def _weighted_error(workload: list[tuple], weights: np.ndarray) -> float:
+def _weighted_error(workload: list[tuple], weights: np.ndarray, syn) -> float:
     """Mean |E_w g - b| over the workload's cells (the reweighted table, before resampling)."""
-    errs = [np.abs(weights @ per_row(q, SYN) - b) for q, b, _ in workload]
+    errs = [np.abs(weights @ per_row(q, syn) - b) for q, b, _ in workload]
     return float(np.concatenate(errs).mean())
 
 
-def test_sparse_features_match_the_dense_ones() -> None:
-    workload = _workload()
-    sparse = iproj.sparse_workload(workload, SYN, prior_rows=100.0)
+def test_sparse_features_match_the_dense_ones(syn) -> None:
+    workload = _workload(syn)
+    sparse = iproj.sparse_workload(workload, syn, prior_rows=100.0)
     assert sparse is not None and sparse.size == sum(q.cells(DOMAIN) for q, _, _ in workload)
-    w = np.random.default_rng(0).dirichlet(np.ones(SYN.n))
+    w = np.random.default_rng(0).dirichlet(np.ones(syn.n))
     for (q, _, _), got in zip(workload, sparse.means(w), strict=True):
-        np.testing.assert_allclose(got, w @ per_row(q, SYN), atol=1e-12)
+        np.testing.assert_allclose(got, w @ per_row(q, syn), atol=1e-12)
     assert all(np.allclose(r, 100.0 * WORKLOAD_SD**2) for r in sparse.ridge)
 
 
 @pytest.mark.parametrize("draw", [0, 1])
-def test_keeping_the_workload_reduces_its_drift(draw: int) -> None:
+def test_keeping_the_workload_reduces_its_drift(draw: int, real, syn) -> None:
     tol = Tolerance(within=0.05)
     reqs = [
         CorrRequirement("age", "hours", tol),
         MeanRequirement("hours", CatIn("sex", frozenset({0})), Tolerance(within=3.0)),
     ]
     m = expand_requirements(reqs, DOMAIN)
-    meas = iproj.measure(m.queries, ExactOracle(REAL, seed=10 + draw), 0.5, label="req")
-    workload = _workload()
-    prior = 0.1 * SYN.n  # a weak prior: the requirements move the table a long way
-    plain = iproj.iproject(SYN, meas, seed=draw, prior_rows=prior, ess_floor=0.2)
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=10 + draw), 0.5, label="req")
+    workload = _workload(syn)
+    prior = 0.1 * syn.n  # a weak prior: the requirements move the table a long way
+    plain = iproj.iproject(syn, meas, seed=draw, prior_rows=prior, ess_floor=0.2)
     kept = iproj.iproject(
-        SYN, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
-        workload=iproj.sparse_workload(workload, SYN, prior),
+        syn, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
+        workload=iproj.sparse_workload(workload, syn, prior),
     )  # fmt: skip
     assert kept.method == "lbfgs" and kept.penalty_cells > 0 and plain.penalty_cells == 0
     assert kept.kkt_violation <= 1e-6
-    uniform = np.full(SYN.n, 1.0 / SYN.n)
-    start, drift, held = (_weighted_error(workload, w) for w in
+    uniform = np.full(syn.n, 1.0 / syn.n)
+    start, drift, held = (_weighted_error(workload, w, syn) for w in
                           (uniform, plain.weights, kept.weights))  # fmt: skip
     # without the penalties post-processing moves the workload answers well past their noise;
     # with them the drift is at least halved
@@ -92,8 +90,9 @@ def test_keeping_the_workload_reduces_its_drift(draw: int) -> None:
         assert after.sum() < 0.8 * before.sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
-def test_the_moment_pull_brings_a_requirement_to_its_noisy_value(draw: int) -> None:
+def test_the_moment_pull_brings_a_requirement_to_its_noisy_value(draw: int, real, syn) -> None:
     """Issue 15: a corr / mean requirement's verdict compares the table's value with the noisy
     one, but when a measure's evidence is worth about as many rows as the prior (the budget the
     planner gives it) the plain MAP stopped about halfway. Compile's pull
@@ -110,18 +109,18 @@ def test_the_moment_pull_brings_a_requirement_to_its_noisy_value(draw: int) -> N
         ModelRequirement("logistic", "income", ("age", "sex"), Tolerance(op=">=", bound=0.6)),
     ]
     m = expand_requirements(reqs, DOMAIN)
-    # rho 0.02 at n = 4000: each measure's evidence v / sigma^2 is a few hundred rows, about the
-    # prior's 0.1 n = 400
-    meas = iproj.measure(m.queries, ExactOracle(REAL, seed=30 + draw), 0.02, label="req")
-    prior = 0.1 * SYN.n
-    workload = iproj.sparse_workload(_workload(), SYN, prior)
+    # rho 0.005 at the real table's n = 8000: each measure's evidence v / sigma^2 is a few
+    # hundred rows, about the prior's 0.1 n = 400 of the 4,000-row synthetic table
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=30 + draw), 0.005, label="req")
+    prior = 0.1 * syn.n
+    workload = iproj.sparse_workload(_workload(syn), syn, prior)
     pull = run.moment_pull(m, reqs)
     corr_cells = set(m.index[0])
     assert all(pull[k] == run.MOMENT_PULL for k in corr_cells)
     assert all(pull[k] == 1.0 for k in set(m.index[1]) - corr_cells)
 
     def gap(p: float | np.ndarray) -> tuple[float, float]:
-        res = iproj.iproject(SYN, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
+        res = iproj.iproject(syn, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
                              workload=workload, pull=p)  # fmt: skip
         noisy = requirement_value(reqs[0], m.answer_map(res.noisy), DOMAIN)
         sd = value_sd(reqs[0], m.answer_map(res.noisy), m.answer_map(res.sigma), DOMAIN)
@@ -130,7 +129,7 @@ def test_the_moment_pull_brings_a_requirement_to_its_noisy_value(draw: int) -> N
 
     before = abs(
         requirement_value(reqs[0], m.answer_map(meas.noisy), DOMAIN)
-        - requirement_value(reqs[0], m.answer_map(np.concatenate(answer_all(m.queries, SYN))), DOMAIN)
+        - requirement_value(reqs[0], m.answer_map(np.concatenate(answer_all(m.queries, syn))), DOMAIN)
     )
     plain, sd = gap(1.0)
     pulled, _ = gap(pull)

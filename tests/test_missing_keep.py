@@ -88,6 +88,7 @@ def test_kept_columns_are_nullable_in_the_domain(tmp_path: Path) -> None:
     assert not dom["age"].nullable
 
 
+@pytest.mark.e2e
 def test_release_keeps_the_missingness_rate(tmp_path: Path) -> None:
     spec = _spec_with_blanks(tmp_path)
     release = dpql.compile(str(spec), seed=0)

@@ -155,6 +155,7 @@ def _workload(table: EncodedTable, sd: float, seed: int = 5) -> list[tuple]:
             for q, a in zip(qs, answer_all(qs, table), strict=True)]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_value_pull_brings_each_value_to_its_noisy_one(monkeypatch) -> None:
     """With the synthesizer's precise workload answers holding the table's marginals, the
     projection leaves a corr's variances (a mean's condition count) near them rather than at

@@ -56,7 +56,8 @@ output:
 
 def _engines() -> list[object]:
     why = engines.spark_unavailable()
-    spark = pytest.param("spark", marks=pytest.mark.skipif(why is not None, reason=str(why)))
+    unavailable = pytest.mark.skipif(why is not None, reason=str(why))
+    spark = pytest.param("spark", marks=[unavailable, pytest.mark.slow])  # starts a JVM
     return ["memory", "duckdb", spark]
 
 

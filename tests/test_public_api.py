@@ -16,6 +16,7 @@ import dpql.plan.planner  # importing the subpackages must not rebind the API's 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.e2e
 def test_api_plans_compiles_and_verifies_a_release(tmp_path: Path) -> None:
     spec_path = tmp_path / "release.yaml"
     text = (ROOT / "examples" / "adult" / "adult.release.yaml").read_text(encoding="utf-8")

@@ -75,6 +75,7 @@ def _compile(spec: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[
     return code, sorted(CODE.findall(text)), text
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("engine", ["memory", "duckdb"])
 def test_neighbouring_tables_compile_alike(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from guards import wait_or_fail
 
 from dpql.check import (
     ReleaseRecord,
@@ -121,6 +122,7 @@ def _default_ledger(spec: Path) -> Path:
     return spec.parent / "train.csv.ledger.jsonl"
 
 
+@pytest.mark.e2e
 def test_second_compile_needs_force_and_every_compile_is_in_the_default_ledger(
     spec: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,6 +244,7 @@ def _policy(folder: Path, cap: float, create_ledger: bool = True) -> Path:
     return policy
 
 
+@pytest.mark.e2e
 def test_policy_caps_are_enforced_by_compile_before_the_data_is_read(
     spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
@@ -353,6 +356,7 @@ def _check_outcome(spec: Path) -> str:
     return "pending" if before and before[-1].status == "pending" else "committed"
 
 
+@pytest.mark.e2e
 def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -370,7 +374,7 @@ def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
         time.sleep(max(0.0, delay - (time.perf_counter() - t)))
         killed[delay].send_signal(signal.SIGKILL)
     for proc in [*procs.values(), *killed.values()]:
-        proc.wait(timeout=60)
+        wait_or_fail(proc, "a dpql compile to be killed")
     assert all(p.returncode == -signal.SIGKILL for p in procs.values())
     outcomes = {k: _check_outcome(s) for k, s in instrumented.items()}
     # replace 1 writes the pending line, 2-4 rename the outputs into place, 5 commits
@@ -380,6 +384,7 @@ def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
     capsys.readouterr()
 
 
+@pytest.mark.e2e
 def test_a_pending_line_is_rolled_forward_or_abandoned(spec: Path) -> None:
     """The recovery step on its own: a pending line whose staged files are all there is
     completed; one whose staged files are gone is marked abandoned (still counted as spent)."""
@@ -408,6 +413,7 @@ def test_a_pending_line_is_rolled_forward_or_abandoned(spec: Path) -> None:
     assert "abandoned" in note and [r.status for r in read_ledger(ledger)] == ["abandoned"]
 
 
+@pytest.mark.e2e
 def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     tmp_path: Path,
 ) -> None:
@@ -434,7 +440,7 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     cap = (two + three) / 2
     policy.write_text(POLICY.format(cap=cap), encoding="utf-8")
     procs = [_popen(s, "--policy", str(policy)) for s in specs]
-    codes = sorted(p.wait(timeout=120) for p in procs)
+    codes = sorted(wait_or_fail(p, "a concurrent dpql compile") for p in procs)
     errors = b"".join(p.stderr.read() for p in procs if p.stderr).decode()
     assert codes == [0, 0, 1], errors
     assert "error[P007]" in errors and "Traceback" not in errors
@@ -450,6 +456,7 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
 # Ctrl-C, progress lines, the plan's accounting
 
 
+@pytest.mark.e2e
 def test_ctrl_c_says_what_was_written(
     spec: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -474,6 +481,7 @@ def test_ctrl_c_says_what_was_written(
     assert [r.status for r in read_ledger(_default_ledger(spec))] == ["committed"]
 
 
+@pytest.mark.e2e
 def test_plain_progress_lines_when_stderr_is_not_a_terminal(
     spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -493,6 +501,7 @@ def test_plain_progress_lines_when_stderr_is_not_a_terminal(
     assert re.search(r"^time: plan \d+\.\ds, ", captured.out, re.M), captured.out
 
 
+@pytest.mark.slow
 def test_plan_shows_each_phase_in_its_own_accounting(capsys: pytest.CaptureFixture[str]) -> None:
     """No `rho 0` for DP-SGD phases or an external table, and a total in epsilon."""
     assert main(["plan", str(ROOT / "examples" / "adult-gan" / "adult-gan.release.yaml")]) == 0

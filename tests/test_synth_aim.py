@@ -80,6 +80,7 @@ AIM_SMALL = """  method: aim
   options: {rounds: 2, per_round: 2, iters: 20, final_iters: 20}"""
 
 
+@pytest.mark.slow
 def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     from dpql.pipeline import compile_release
 
@@ -114,6 +115,7 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
 
 
+@pytest.mark.slow
 def test_auto_release_verifies(tmp_path):
     from dpql.cli import main
     from dpql.pipeline import compile_release
@@ -124,6 +126,7 @@ def test_auto_release_verifies(tmp_path):
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
 
 
+@pytest.mark.slow
 def test_aim_and_auto_plans_import_neither_mbi_nor_jax(tmp_path):
     for synth in (AIM_SMALL, "  method: auto\n  rows: 600"):
         path = _spec(tmp_path, synth)

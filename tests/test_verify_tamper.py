@@ -17,8 +17,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from releases import write_small_release
 
 import dpql
 from dpql.audit import verify_release
@@ -27,6 +27,8 @@ from dpql.io import public_mode
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import PrivacyEvent
 from dpql.signing import SigningError, sign_record, verify_signature
+
+pytestmark = pytest.mark.e2e  # every test reads the one signed release the fixture compiles
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
@@ -48,21 +50,7 @@ class Release:
 def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     """The example spec on 2000 rows, two RAP rounds, signed with a fresh key."""
     folder = tmp_path_factory.mktemp("signed")
-    pd.read_csv(EXAMPLE / "adult_train.csv.gz").head(2000).to_csv(folder / "train.csv", index=False)
-    text = (EXAMPLE / "adult.release.yaml").read_text(encoding="utf-8")
-    text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 2000")
-    text = re.sub(
-        r"workload:\n(  - .*\n)+",
-        "workload:\n  - marginals(2) over [age, sex, income, race]\n"
-        "  - count(age >= 65 and hours_per_week > 40)\n",
-        text,
-    )
-    text = text.replace(
-        "  rows: 2000\n\npostprocess",
-        "  rows: 2000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess",
-    )
-    spec = folder / "release.yaml"
-    spec.write_text(text, encoding="utf-8")
+    spec = write_small_release(folder, rows=2000)
     key = folder / "keys" / "curator.key"
     key.parent.mkdir()
     assert main(["keygen", "--out", str(key)]) == 0

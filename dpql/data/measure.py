@@ -23,8 +23,9 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 * ``select``: the score ``||a_q(D) - s_q||_1 - penalty_q`` changes by at most ``Delta_1(q)``
   (2/n for vector queries, 1/n for scalar ones) by the triangle inequality, since ``s_q`` and
   the penalty are fixed given past outputs; Gumbel top-k is calibrated to the largest of these
-  (rap_pp.md §4.2 and pitfall 6: an L1 score needs 2/n, not the code's sqrt(2)/n). A penalty
-  such as ``cells / n`` against size bias (pitfall 8) is public, hence DP-neutral.
+  (:func:`~dpql.privacy.mechanisms.gumbel_beta`: an L1 score over a marginal vector moves by
+  2/n when one row changes cell, not the vector's L2 sensitivity sqrt(2)/n). A penalty such as
+  ``cells / n`` against size bias is public, hence DP-neutral.
 """
 
 from __future__ import annotations

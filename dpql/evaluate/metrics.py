@@ -1,10 +1,11 @@
 """Distributional metrics of a synthetic table against the real one (no model fitting here).
 
-* correlation-matrix difference of the post-processing paper (`postprocessing.md` section 5.4,
-  metric 1): ``error_corr = ||corr(D_real) - corr(D_syn)||_1``, entrywise over the full matrix,
-  after the paper's preprocessing (categoricals label-encoded, everything on [0, 1]);
-* 1-way histograms (DP-auto-GAN, `dp_auto_gan.md` section 6.3), numeric columns by public bins;
-* DP-auto-GAN's dimension-wise probability and diversity (sections 6.1, 6.4), computed by the
+* correlation-matrix difference of the post-processing paper (Wang et al. 2023, §4, the
+  utility measure of its experiments):
+  ``error_corr = ||corr(D_real) - corr(D_syn)||_1``, entrywise over the full matrix, after the
+  paper's preprocessing (categoricals label-encoded, everything on [0, 1]);
+* 1-way histograms (Tantipongpipat et al. 2019, §4.2), numeric columns by public bins;
+* DP-auto-GAN's dimension-wise probability and diversity (§4.1, §4.2), computed by the
   one copy of those metrics, :mod:`dpql.evaluate.gan_metrics`, and labelled here for the report.
 """
 
@@ -42,7 +43,7 @@ def correlation_matrix(t: EncodedTable, columns: Sequence[str] | None = None) ->
     something).
 
     A constant column has zero correlation with every other column (and 1 with itself) instead
-    of NaN (`postprocessing.md` pitfall 12), so the L1 difference stays finite.
+    of NaN (a correlation with a constant is 0/0), so the L1 difference stays finite.
     """
     names = t.domain.names if columns is None else tuple(columns)
     x = np.column_stack(

@@ -150,8 +150,8 @@ class Prefix:
 class Halfspace:
     """Class-conditional halfspace: ``1{<theta, u> > tau} * 1{by = c}`` for each value c of by.
 
-    RAP++ Definition 4 / 12 (`rap_pp.md` section 3.3), with the upper half-space (">") so the
-    exact and relaxed forms agree (digest pitfall 4).
+    Vietri et al. 2022, Definitions 4 and 12, with the upper half-space (">") in both the exact
+    and the relaxed (tempered-sigmoid) form, so the two agree.
     """
 
     columns: tuple[str, ...]

@@ -431,10 +431,9 @@ def _estimate(
 
 
 # A chosen post-processing share above this draws W509: the synthesizer's noise sd grows by
-# 1 / sqrt(1 - share), and its workload fidelity falls with it. On the benchmark suite
-# (benchmarks/iproj/RESULTS.md, "Post-processing on the suite") the planner's 12.5% on bn30k
-# changed the 3-way TVD by -3% to +5%, 26.5% on compas by +7-14%, 49% on fair by +28-29% and
-# 50% on bn1k by +15-18%, against the same RAP compile without requirements.
+# 1 / sqrt(1 - share), and its workload fidelity falls with it: on the benchmark suite
+# (``benchmarks/iproj``) the 3-way fidelity lost against the same RAP compile without
+# requirements grows with the share, from within the noise at small shares to large at a half.
 LARGE_POST_SHARE = 0.25
 
 

@@ -18,26 +18,27 @@ measured *centred* at the midpoint of the factors' public range,
 ``E(f - 1/2)(g - 1/2)`` (:class:`~dpql.plan.ir.CentredProduct`): with the first moments it
 carries exactly what ``E fg`` carries, but its values lie in [-1/4, 1/4] (a square's in
 [0, 1/4]), so it has sensitivity 1/(2n) (1/(4n)) and one release of first and second moments
-needs far less noise than the paper's raw ``E fg`` (digest ``postprocessing.md`` sec. 3:
-``Delta_2 <= sqrt((d + 3) d / 2) / n`` for d columns): about 1.6x less noise sd for 5 columns.
+needs far less noise than the raw ``E fg`` of Wang et al. 2023, §3 (its (d + 3) d / 2 first
+and second moments of d columns, each of range 1, have ``Delta_2 <= sqrt((d + 3) d / 2) / n``).
 Products that are constant (an indicator's square is 1/4) or linear in the first moments (two
 values of one column) are not measured.
 
 * ``corr(a, b)``: ``E a, E b, E(a-1/2)^2, E(a-1/2)(b-1/2), E(b-1/2)^2`` (Wang et al. 2023,
-  sec. 3, the moments behind the correlation matrix, digest ``postprocessing.md`` sec. 4).
+  §3, the moments behind the correlation matrix).
 * ``mean(a | P)``: ``E[u_a 1{P}]`` and ``E[1{P}]``.
 * ``count(P)``: ``E[1{P}]`` (the requirement's value is a *fraction* of rows).
 * ``logistic(y ~ x...) within t`` (its test compares accuracies): one query, its *pilot*
   (:func:`pilot_query`): the accuracy on the real table of the model that compile fits on the
   synthetic table it post-processes (``dpql.postprocess.run.with_pilots``). The test's statistic
-  is that accuracy gap, which the moments below do not pin (RESULTS.md, "Issue 15 (fourth
-  part)"); measured as well, at the noise they were planned at (sd t / 2), they only steered the
-  projection, weakly, for 0.67% of the example's budget.
+  is that accuracy gap, which the moments below do not pin, so they are not measured for it:
+  they would spend budget and steer the projection only weakly.
 * every other ``logistic(y ~ x...)`` / ``linear(y ~ x...)``: first and (centred) second moments
-  of the features and the label (label indicators / scaled label). Zhou et al. 2024 (digest
-  ``excess_risk.md`` sec. 11.2): the logistic loss is ``-yz/2 + h(z)`` with ``h`` even, and the
-  squared loss is ``1 - 2yz + z^2``, so up to a degree-2 approximation of ``h`` the empirical
-  risk of every linear model is a linear function of exactly these moments.
+  of the features and the label (label indicators / scaled label). Zhou et al. 2024, §3.1
+  (Theorem 3.1), bound a linear model's excess risk by how far the synthetic table moves the
+  statistics its loss's polynomial approximation (§2.3) reads. Here: the logistic loss is
+  ``-yz/2 + h(z)`` with ``h`` even, and the squared loss is ``1 - 2yz + z^2``, so up to a
+  degree-2 approximation of ``h`` the empirical risk of every linear model is a linear function
+  of exactly these moments.
 
 Missing values (``docs/missing.md``). Over ``missing: keep`` columns a requirement is defined on
 the rows where its columns are present (:func:`present`, ``na.rm``): every moment is summed over
@@ -619,17 +620,15 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
     (:data:`PLANNING_SD`: sd = range / sqrt(24), E u = 1/2, E(u - 1/2)^2 = 1/24), categorical
     values and predicates under the uniform prior. The delta method's derivative of a
     correlation is ``1 / (sd_a sd_b)``, so the spread sets the need: the uniform spread
-    (range / sqrt(12)), which the planner used before, is the *widest* a bounded column can
-    plausibly have and predicted half the sd compile then measured on Adult (age and
-    hours_per_week have sds of 0.19 and 0.13 of their ranges). The triangular is the usual
-    reference for a quantity known only by its range and most likely in its middle (half the
-    uniform's variance): it predicts the Adult correlation's test sd to within 10% (compile's
-    within-release allocation, ``dpql.postprocess.allocation``, recovers the rest of its
-    concentration). It is a reference, not a bound: a column more concentrated than it (or a
-    correlation between columns with off-centre means) has a larger sd, which the record reports
-    (``requirements[].sigma``, the delta method at the noisy values). For ``mean(a | P)`` the
-    conditional mean is taken at the worst case (ratio 1), giving ``span * sigma * sqrt(2) /
-    P(P)``, whatever the spread.
+    (range / sqrt(12)) is the *widest* a bounded column can plausibly have, and real columns
+    are more concentrated, so it under-predicts the sd. The triangular is the usual reference
+    for a quantity known only by its range and most likely in its middle (half the uniform's
+    variance); compile's within-release allocation (``dpql.postprocess.allocation``) recovers
+    the rest of a column's concentration. It is a reference, not a bound: a column more
+    concentrated than it (or a correlation between columns with off-centre means) has a larger
+    sd, which the record reports (``requirements[].sigma``, the delta method at the noisy
+    values). For ``mean(a | P)`` the conditional mean is taken at the worst case (ratio 1),
+    giving ``span * sigma * sqrt(2) / P(P)``, whatever the spread.
 
     Model requirements are decided by their own DP test: see
     :func:`dpql.plan.acceptance.predicted_sd`.

@@ -373,11 +373,11 @@ def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
 
 
 def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
-    """``m`` random class-conditional halfspaces (RAP++ §5.1, `rap_pp.md` §3.3).
+    """``m`` random class-conditional halfspaces (Vietri et al. 2022, §5.1, Definition 4).
 
     ``theta ~ N(0, I_r) / sqrt(r)`` as in the paper and its code. The paper's ``tau ~ N(0, 1)``
     assumes standardised features; on [0, 1]-scaled data many such halfspaces miss the unit
-    cube and are constant (digest pitfall 3). We draw ``tau = <theta, p>`` for ``p`` uniform on
+    cube and are constant. We draw ``tau = <theta, p>`` for ``p`` uniform on
     [0, 1]^r instead, so every hyperplane passes through the cube and splits the data domain.
     """
     if node.over is None:

@@ -12,12 +12,9 @@ expected to take more than an hour.
 
 It is a model, not a measurement: each term is the size of one array family (data answers,
 relaxed-table tensors, rounding buffers, post-processing features), with the worst case where
-compile chooses adaptively, the candidates' mean size). Measured peaks on 2 cores (predicted):
-the Adult example 0.86 GiB (0.78), with ``halfspaces(5000)`` 2.01 GiB (2.01), with 10,000
-relaxed rows 1.30 GiB (1.49), with 10^6 output rows 4.81 GiB (4.61); the benchmark suite's
-dpql runs (benchmarks/suite/results.json) 465-620 MB (650-730 MiB: small specs are
-over-estimated by the fixed base). The time figure is rougher (a factor of two or three either
-way) and is only used to warn.
+compile chooses adaptively, the candidates' mean size). The estimate is checked against the
+measured peaks of the example and of the benchmark suite (``benchmarks/``); small specs are
+over-estimated by the fixed base. The time figure is rougher and is only used to warn.
 
 The limit is :data:`DEFAULT_MEMORY_LIMIT` (8 GiB), or ``$DPQL_MEMORY_LIMIT`` (bytes, or a
 number with a unit: ``16GiB``, ``512MB``) on a machine with more memory to give.
@@ -57,8 +54,8 @@ STARTUP_SECONDS = 20.0  # imports, XLA compilation of the fit
 SECONDS_PER_CELL_IO = 1.5e-6  # reading or writing one cell of a CSV
 SECONDS_PER_DATA_OP = 2e-9  # one multiply-add of an exact query over the data
 SECONDS_PER_MEASURE = 2.3e-6  # one post-processing measure on one synthetic row (all passes)
-# The SQL engines code a categorical cell by its position in the public list of values (linear in
-# the list): about 7 us per row for 10,000 values on 2 DuckDB threads (benchmarks/RESULTS.md).
+# The SQL engines code a categorical cell by its position in the public list of values: time
+# linear in the list, per row and listed value (fitted on DuckDB).
 SECONDS_PER_LABEL_SCAN = 7e-10
 SECONDS_PER_GAN_FLOP = 5e-11  # DP-SGD: 6 flops per parameter and example (forward, backward)
 

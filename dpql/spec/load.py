@@ -100,7 +100,8 @@ class LoadedSpec:
 
     @property
     def target_delta(self) -> float:
-        """The delta the release is reported at: the spec's, else 1/n^2 (rap_pp.md §4.2)."""
+        """The delta the release is reported at: the spec's, else 1/n^2 (the convention of
+        Vietri et al. 2022, §5)."""
         delta = self.model.privacy.delta
         return delta if delta is not None else 1.0 / self.rows**2
 

@@ -32,8 +32,9 @@ of a malformed CSV row; :mod:`dpql.codec`), so every rule is total: no cell make
 
 Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
 is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
-(default 1/4 and 3/4 of each adaptive round; rap_pp.md §4.2 uses one half each),
-``autoencoder``/``generator`` for gan (dp_auto_gan.md §4.2). Shares are positive and sum to 1.
+(default 1/4 and 3/4 of each adaptive round; Vietri et al. 2022, App. C, use one half each),
+``autoencoder``/``generator`` for gan (the two DP-SGD phases Tantipongpipat et al. 2019 compose
+by Lemma 4, §3.3). Shares are positive and sum to 1.
 """
 
 from __future__ import annotations
@@ -210,8 +211,9 @@ class PrivacySpec(_Model):
 
 
 class RapOptions(_Model):
-    """Every RAP++ knob (rap_pp.md §4), with its default; the one options model of the rap
-    backend (``dpql.synth.rap``), so each option error has a position in the spec."""
+    """Every RAP++ knob (Vietri et al. 2022, Algorithms 1 and 2), with its default; the one
+    options model of the rap backend (``dpql.synth.rap``), so each option error has a position
+    in the spec."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] = 8
     queries_per_round: Annotated[int, Field(gt=0, le=100_000)] = 4

@@ -15,9 +15,8 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   re-fit of a new clique structure costs seconds of XLA compilation.
 * **Diverse picks.** The picks of one round share no column pair (each selection is among the
   candidates that share none with the round's earlier picks), so a round's single re-fit learns
-  as much as several one-marginal rounds would: on ``benchmarks/suite``'s COMPAS table at
-  epsilon 1, 3 rounds of 5 diverse picks gave 0.092 mean 3-way TVD against 0.104 for a plain
-  top-5 and 0.094 for 6 rounds of a plain top-3.
+  as much as several one-marginal rounds would, at the compile cost of one (the comparison
+  with plain top-k rounds is in ``benchmarks/suite``).
 * **Unweighted scores.** The oracle's selection score is ``||a(D) - model||_1 - penalty`` with
   sensitivity 2/n; the penalty is AIM's expected noise L1 of measuring that marginal in this
   round (``sqrt(2/pi) sigma cells``), so a candidate's score is its expected improvement.
@@ -29,12 +28,12 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
   mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)
   runs in numpy (``dpql.synth.graphical``), since mbi would compile each of those small eager
-  operations anew for every clique structure: that cut the Adult release from 23 to 15 s.
+  operations anew for every clique structure.
 * **Balanced rows.** The rows sampled from the final model are rearranged by value swaps within
   columns until their marginals on the workload (the maximal candidates) are close to the
-  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``):
-  on the suite's 1,000-row table at epsilon 1 that took the mean 3-way TVD from 0.250 to
-  about 0.22, below independent columns' 0.232 (``benchmarks/suite/NOTES.md``).
+  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``),
+  which removes most of the sampling noise an ``n``-row sample adds to those marginals
+  (``benchmarks/suite``).
 
 Only marginal queries of the workload drive the candidates (the downward closure of its
 marginals, 2-way and up; all column pairs when it has none); other queries (thresholds,
@@ -71,8 +70,8 @@ def machine_model_cap(cpus: int | None = None, memory_bytes: int | None = None) 
     of compile's memory limit (``dpql.plan.resources.memory_limit``).
 
     A mirror-descent step's work grows with the model's size and XLA spreads it over the
-    cores: 20 MB keeps the Adult release near 15 s on 2 cores (``benchmarks/suite/NOTES.md``),
-    and from 8 cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
+    cores, so the cap scales with them: a small machine keeps each fit short, and from 8
+    cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
     potentials, marginals and messages, hence the memory share. Public (no data); the cap in
     use is in the plan's and the record's synthesizer options."""
     import os
@@ -93,7 +92,7 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 #: at most this many adaptive rounds by default: each round re-fits the model, and each fit of a
-#: new clique structure costs mbi 1.5-5 s of XLA compilation on 2 cores (benchmarks/suite)
+#: new clique structure costs mbi seconds of XLA compilation on a small machine
 MAX_DEFAULT_ROUNDS = 4
 #: default init share is chosen so that the 1-way release's expected L1 noise per column is at
 #: most this (TVD 0.025), within [INIT_SHARE_MIN, INIT_SHARE_MAX]
@@ -146,19 +145,17 @@ def default_schedule(
     1. ``init_share``: the share of rho whose 1-way release has expected L1 noise
        :data:`ONE_WAY_L1_TARGET` per column (mean over columns), clipped to
        [:data:`INIT_SHARE_MIN`, :data:`INIT_SHARE_MAX`]: small or low-budget tables spend more on
-       the 1-way marginals every later estimate rests on (on the suite's 1,000-row table at
-       epsilon 1 the fixed 0.2 left 0.22 L1 per column). Where even that leaves budget for
-       only one selected marginal, :data:`INIT_SHARE_ONE_MARGINAL` (bn1k at epsilon 0.3: 0.339
-       mean 3-way TVD against 0.378 at 0.7; fair and compas at epsilon 0.3, which afford 2
-       and 8 marginals at 0.7, were worse at 0.9: 0.191 and 0.198 against 0.162 and 0.174).
+       the 1-way marginals every later estimate rests on, since a fixed small share leaves
+       their noise large where n or the budget is small. Where even that leaves budget for
+       only one selected marginal, :data:`INIT_SHARE_ONE_MARGINAL`: the one marginal adds
+       little, while tables that afford several marginals lose by giving them up.
     2. The number of selected marginals ``m``: one per column, at least 4 and at most
        :data:`MAX_MARGINALS` (16; AIM's T = 16 d spends most rounds re-measuring; capped as in
        ``benchmarks/rap``), or 16 whatever the columns where even 16 leave the median pair's
-       expected noise L1 at most :data:`ABUNDANT_PAIR_L1` (randhie and bn30k at epsilon 3:
-       0.0182 and 0.0315 mean 3-way TVD with 16, against 0.0201 and 0.0325 with 12; fair at
-       epsilon 1, whose pairs are noisier, was not better with 16: 0.110 against 0.107); never
-       more than the candidates, and no more than leaves the median 2-way candidate's expected
-       noise L1 at or below :data:`PAIR_L1_TARGET` (at least 1).
+       expected noise L1 at most :data:`ABUNDANT_PAIR_L1` (where pairs are that cheap, more
+       of them help; where they are noisier, more do not); never more than the candidates,
+       and no more than leaves the median 2-way candidate's expected noise L1 at or below
+       :data:`PAIR_L1_TARGET` (at least 1).
     3. ``rounds = min(m, MAX_DEFAULT_ROUNDS)`` rounds of ``per_round = ceil(m / rounds)``.
     """
     d = len(cards)
@@ -491,8 +488,7 @@ class AimBackend:
         s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
                      options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
         # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
-        # compilation of each round's new clique structure, about 2 s per fit on 2 cores
-        # (benchmarks/suite/NOTES.md)
+        # compilation of each round's new clique structure
         # the row balancer holds the workload marginals' counts and targets (float32) and the
         # model's marginal of each (float64)
         balance = 16 * sum(dom.cells(cl) for cl in s.targets) if options.balance_sweeps else 0
@@ -500,7 +496,7 @@ class AimBackend:
             {"aim.model": options.max_model_size * 2**20, "aim.balance": balance},
             2.0 * max(1, len(s.rounds))
             + 0.002 * (options.iters * len(s.rounds) + options.final_iters)
-            # the row balancer (dpql.synth.graphical.BALANCE_WORK): about 1.5 s on 2 cores
+            # the row balancer (dpql.synth.graphical.BALANCE_WORK), a fixed amount of work
             + (1.5 if options.balance_sweeps else 0.0),
         )
         opts = options.model_dump()

@@ -1,7 +1,7 @@
 """Graphical models of ``mbi`` 2.x, used by the ``aim`` backend without mbi's eager JAX work.
 
-On the 2-core machine, most of an AIM release's time went to XLA compiling small programs, not
-to computing (``benchmarks/suite/NOTES.md``: 374 programs, 15 of 27 s on Adult). mbi compiles
+On a small machine most of an AIM release's time goes to XLA compiling small programs, not to
+computing (the measurements are in ``benchmarks/suite``). mbi compiles
 one fused program per clique structure for its mirror-descent steps (unavoidable, and the work
 that matters) but also, eagerly and per new array shape, every operation of its initial state,
 warm-start expansion, model projections and row sampling. Those are tiny computations; here
@@ -341,7 +341,8 @@ def marginal_l1(data: dict[str, np.ndarray], targets: Sequence[tuple[tuple[str, 
 
 
 #: the default work of :func:`balance_rows`: swap proposals times the targets a column is in
-#: (1.5 million proposals on 11 columns' 3-way marginals, about 1-2 s on 2 cores)
+#: (enough proposals for the 3-way marginals of a dozen columns, bounded so that balancing
+#: stays a small part of a release)
 BALANCE_WORK = 70_000_000
 #: row pairs judged at once (one scan step)
 BALANCE_BATCH = 64
@@ -361,9 +362,9 @@ def balance_rows(
     as value swaps can make them.
 
     An ``n``-row sample carries sampling noise in every marginal the sampler does not round
-    (:func:`sample_rows` rounds only the junction tree's cliques). On the suite's 1,000-row
-    table the model's *expected* 3-way marginals score about 0.04 less mean TVD against the
-    real table than an ``n``-row sample of them (``benchmarks/suite/NOTES.md``).
+    (:func:`sample_rows` rounds only the junction tree's cliques), which on small tables moves
+    the sample's 3-way marginals measurably further from the real table than the model's
+    *expected* marginals (``benchmarks/suite``).
 
     Greedy local search on :func:`marginal_l1`: a proposal swaps one column's values between
     two rows, which keeps that column's counts (and every marginal without it) exactly, and is

@@ -4,7 +4,7 @@
 Privacy boundary: DP-SGD reads private rows, through the data layer's row access
 (``ctx.private.rows()``), and appends one ``dpsgd`` event per phase before it trains.
 
-With a marginal share > 0 (``marginal_share``; default 0.5 with ``encoding: bins``, issue 16)
+With a marginal share > 0 (``marginal_share``; default 0.5 with ``encoding: bins``)
 the plan also reserves that fraction of the synthesizer's rho for one Gaussian release of
 marginals (budget line ``gan.marginals``, measured through ``ctx.private.oracle`` before
 training): every 1-way marginal and, with ``encoding: bins``, the workload's k-way marginals
