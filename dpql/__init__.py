@@ -194,11 +194,10 @@ def _progress(
         return None, lambda: None
     import sys
 
-    from rich.console import Console
-
     from dpql.progress import plain_progress, progress_bars
+    from dpql.terminal import SafeConsole
 
-    console = Console(stderr=True)
+    console = SafeConsole(stderr=True)
     if sys.stderr.isatty() or console.is_jupyter:
         return progress_bars(console)
     return plain_progress("compile")

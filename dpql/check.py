@@ -380,12 +380,14 @@ def check_policy(
     requested_delta: float | None = None,
     requested_rho: float | None = None,
     data: Path | None = None,
+    estimated_seconds: float | None = None,
 ) -> list[Violation]:
     """Every rule of ``policy`` that ``spec`` breaks (empty list: the spec passes).
 
     ``ledger_path`` defaults to the policy's ``lifetime.ledger`` (relative to the policy file);
     its lines of the data source ``data`` (default: the spec's data file) count. See
-    :func:`planned_spend` for ``requested_*``.
+    :func:`planned_spend` for ``requested_*``. ``estimated_seconds`` is the plan's
+    compile-time estimate (``plan.resources.seconds``), checked against ``max_minutes``.
     Raises DiagnosticError (E020) when the ledger is malformed: a budget we cannot read is not
     a budget we can check.
     """
@@ -444,6 +446,15 @@ def check_policy(
                 f"{_smaller_delta(spec.rows):g}",
             )
         )
+    if rules.max_minutes is not None and estimated_seconds is not None:
+        if estimated_seconds > rules.max_minutes * 60:
+            out.append(
+                Violation(
+                    "P009",
+                    f"dpql compile is estimated to take about {estimated_seconds / 60:,.0f} "
+                    f"minutes, over max_minutes {rules.max_minutes:g}",
+                )
+            )
     source = real_path(data if data is not None else spec.data_path)
     budget = lifetime_report(policy, spend, ledger_path, source)
     if budget is not None:

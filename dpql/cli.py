@@ -17,17 +17,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from dpql import __version__
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos, render_all, to_json
+from dpql.terminal import SafeConsole, safe_streams
 
 EXIT_OK, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2
 
-out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, soft_wrap=True)  # log lines are never wrapped mid-sentence
+# every byte printed goes through dpql.terminal: control characters of user text are escaped
+out = SafeConsole(width=None if sys.stdout.isatty() else 120)
+err = SafeConsole(stderr=True, soft_wrap=True)  # log lines are never wrapped mid-sentence
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
@@ -287,7 +288,11 @@ def cmd_check(args: argparse.Namespace) -> int:
             return _emit({**doc, "ok": True, "notes": [note]})
         out.print(f"{args.spec}: ok ({note})", markup=False, highlight=False, soft_wrap=True)
         return EXIT_OK
-    result = check_policy(spec, policy, choice.ledger, plan.budget.epsilon, data=choice.data)
+    seconds = plan.resources.seconds if plan.resources is not None else None
+    result = check_policy(
+        spec, policy, choice.ledger, plan.budget.epsilon, data=choice.data,
+        estimated_seconds=seconds,
+    )  # fmt: skip
     violations = getattr(result, "violations", result)
     summary = getattr(result, "summary", None)
     if as_json and violations:
@@ -771,6 +776,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with safe_streams():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

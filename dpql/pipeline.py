@@ -30,6 +30,7 @@ from dpql.commit import (
     _staged_path,
     _writer,
     output_location_errors,
+    release_inputs,
     remove_orphans,
 )
 from dpql.curator import curator_key, curator_path, curator_record
@@ -162,10 +163,11 @@ def compile_release(
     published record. With ``signing_key`` (an Ed25519 private key from ``dpql keygen``) the
     record is signed (:mod:`dpql.signing`).
 
-    Before any private data is read: every output location and the ledger are validated
-    (E613, E615, E616, E617, E005, E020), an earlier release at the same outputs is refused
-    unless ``force`` (E614), and the policy, given or found, is enforced, lifetime caps
-    included (P0xx). ``notify`` receives notes (interrupted releases recovered from the ledger).
+    Before any private data is read: every output location and the ledger are validated,
+    against each other and every input (E613, E618, E619, E615, E005, E020), an earlier
+    release at the same outputs is refused unless ``force`` (E614), and the policy, given or
+    found, is enforced, lifetime caps included (P0xx). ``notify`` receives notes (interrupted
+    releases recovered from the ledger).
 
     ``spec_path`` is a spec file or an already loaded spec; ``data`` (a path, or a pandas
     DataFrame held in memory, :mod:`dpql.data.frame`) replaces the spec's ``data.path``: the
@@ -189,9 +191,11 @@ def compile_release(
         plan = build_plan(spec)
         targets = _targets(spec)
         source = Path(data) if isinstance(data, (str, os.PathLike)) else None
+        inputs = release_inputs(spec, policy_path, signing_key, data=source)
+        _refuse_outputs_on_inputs(spec, targets, ledger_path, inputs)  # before a ledger is read
         choice = choose_ledger(spec, ledger=ledger_path, policy=policy_path, data=source)
         policy, ledger_file = choice.policy, choice.ledger
-        _preflight(spec, plan, targets, choice, force, notify)
+        _preflight(spec, plan, targets, choice, force, notify, inputs)
         if signing_key is not None:
             _check_signing_key(signing_key)
     seed = secrets.randbits(31) if seed is None else seed
@@ -211,6 +215,7 @@ def compile_release(
                 if progress is not None:
                     progress("load data", 1, 1)
                     private.oracle.progress = progress
+            _refuse_public_copies(spec, private)
             _note_ignored_columns(private, notify)
             # under missing: drop, every answer is renormalised to the complete cases, once,
             # as post-processing of the noisy outputs (dpql.population)
@@ -297,13 +302,15 @@ def _preflight(
     choice: LedgerChoice,
     force: bool,
     notify: Callable[[str], None] | None,
+    inputs: dict[str, Path],
 ) -> None:
-    """Everything that can refuse the release without the data, before it is read. Finishes
-    interrupted releases found in the ledger first."""
+    """Everything that can refuse the release without the data, before it is read: every
+    output and the ledger checked against each other and the ``inputs``. Finishes interrupted
+    releases found in the ledger first."""
     from dpql.lifetime import locked_ledger, recover_ledger
 
     ledger_file, policy = choice.ledger, choice.policy
-    errors = [d for d in output_location_errors(spec, targets, force=True) if d.code == "E613"]
+    errors = output_location_errors(spec, targets, force=True, ledger=ledger_file, inputs=inputs)
     if errors:
         raise DiagnosticError(errors)
     with locked_ledger(ledger_file) as locked:  # E005/E020: never extend a corrupt ledger
@@ -359,3 +366,31 @@ def _check_signing_key(path: Path) -> None:
         load_private_key(Path(path))
     except SigningError as exc:
         raise DiagnosticError([Diagnostic("V045", str(exc), SourcePos(str(path)))]) from None
+
+
+def _refuse_outputs_on_inputs(
+    spec: LoadedSpec, targets: dict[str, Path], ledger: Path | None, inputs: dict[str, Path]
+) -> None:
+    """E613/E618/E619 for the outputs and the ledger the spec or ``--ledger`` names, before
+    the ledger is looked up and read (a ledger that is the data file is never opened)."""
+    if ledger is None and spec.model.output.ledger:
+        ledger = spec.resolve(spec.model.output.ledger)
+    elif ledger is not None:
+        ledger = Path(ledger).absolute()
+    errors = output_location_errors(spec, targets, force=True, ledger=ledger, inputs=inputs)
+    if errors:
+        raise DiagnosticError(errors)
+
+
+def _refuse_public_copies(spec: LoadedSpec, private: Any) -> None:
+    """E122 before anything is measured when a public input file has the data file's bytes
+    (:func:`dpql.spec.files.public_copies_of_data`; the same path or inode is refused at load).
+    The data file's hash is the one the data layer computed when it opened the file."""
+    from dpql.spec.files import public_copies_of_data
+
+    digest = private.curator_summary().log.sha256
+    if not digest:
+        return
+    errors = public_copies_of_data(spec.model, spec.doc, spec.path.parent, digest)
+    if errors:
+        raise DiagnosticError(errors)

@@ -373,3 +373,29 @@ def test_hostile_input_fails_cleanly(release: Release, tmp_path: Path, capsys, n
 
 def _synthetic(args: list[str]) -> str | None:
     return args[1] if args else None
+
+
+# ---------------------------------------------------------------------------------------------
+# fields an unsigned verify covers (issue 35)
+
+
+@pytest.mark.parametrize("count", [2**63 - 1, 10**12])
+def test_a_gaussian_event_count_beyond_the_plan_fails_without_a_key(
+    release: Release, tmp_path: Path, capsys, count: int
+) -> None:
+    record = _unsigned(release.load())
+    events = record["privacy"]["events"]
+    i = next(k for k, e in enumerate(events) if e["mechanism"] == "gaussian")
+    events[i]["count"] = count
+    code, out = _verify(capsys, str(_write(tmp_path / "count.json", record)))
+    assert code == 1 and "V016" in out and f"count {count:,}" in out, out
+
+
+def test_a_record_with_a_key_twice_fails(release: Release, tmp_path: Path, capsys) -> None:
+    """Python keeps the last value, other parsers the first: such a record is refused."""
+    text = json.dumps(_unsigned(release.load()), indent=2)
+    i = text.index('"epsilon"')
+    path = tmp_path / "twice.json"
+    path.write_text(text[:i] + '"epsilon": 1e-9, ' + text[i:], encoding="utf-8")
+    code, out = _verify(capsys, str(path))
+    assert code == 1 and "V000" in out and "'epsilon' twice" in out

@@ -270,6 +270,26 @@ ENTRIES.error(
     "length",
     points="`group.file`, or the file's line",
 )
+ENTRIES.error(
+    "E122",
+    "a public input file is the data file",
+    PLANS,
+    "dpql.spec.files",
+    details="a `values_file`, `group.file` or the external synthesizer's `path` names the data "
+    "file (`data.path`): the same path, after resolving links, or the same file (a hard link); "
+    "refused before it is opened. A copy of the data file (the same bytes) is refused by "
+    "`dpql compile`, which hashes the data file anyway, before anything is measured",
+    points="the public file's path in the spec",
+)
+ENTRIES.error(
+    "E123",
+    "a public file does not have the sha256 the spec pins",
+    PLANS,
+    "dpql.spec.files",
+    details="`values_sha256` (with `values_file`) or `group.sha256` (with `group.file`) is "
+    "given in the spec, and the file read has another sha256",
+    points="the pinned hash",
+)
 ENTRIES.warning(
     "W101",
     "delta is not below 1/rows (allowed in the spec; policies usually forbid it)",
@@ -452,6 +472,12 @@ for _code, _title, _details in [
         "lifetime delta (the policy's lifetime.delta) would be exceeded",
         "the lifetime delta would exceed `lifetime.delta` (deltas add under basic composition; "
         "RDP-composed releases count the delta they are converted at once)",
+    ),
+    (
+        "P009",
+        "the compile is estimated to take longer than the policy's max_minutes",
+        "the compile estimate's time (`dpql plan`, `dpql/plan/resources.py`) is above "
+        "`max_minutes`: CI can refuse a spec that would run for hours",
     ),
 ]:
     _extra = {"details": _details} if _details else {}

@@ -276,8 +276,32 @@ ENTRIES.error(
     COMPILE,
     "dpql.commit",
     details="an output location is unusable, checked before any data is read: the table, record "
-    "or curator path is a directory (or not a regular file), two outputs share one path, or a "
-    "folder cannot be created or written. Nothing is read or spent",
+    "or curator path is a directory (or not a regular file), two outputs (the ledger and the "
+    "curator key included) are one file, a path holds a NUL byte or a name longer than the file "
+    "system allows, or a folder cannot be created or written. Nothing is read or spent",
+)
+ENTRIES.error(
+    "E618",
+    "an output or the ledger is an input of the release (checked before any data is read)",
+    ("compile", "evaluate"),
+    "dpql.commit",
+    "dpql.evaluate.cli",
+    details="the table, record, curator file, curator HMAC key or lifetime ledger is the spec, "
+    "the data file, a values or group file, the external table, the policy or the signing key "
+    "(the same path, after resolving links, or the same file): writing it would destroy the "
+    "input; or `dpql evaluate`'s report folder is or holds one of its inputs. Nothing is read "
+    "or spent",
+    points="the output's path in the spec",
+)
+ENTRIES.error(
+    "E619",
+    "the curator file or its HMAC key is inside the published folder",
+    COMPILE,
+    "dpql.commit",
+    details="the curator file or `dpql-curator.key` is in the folder of the table or the record "
+    "(or below it, when that folder holds neither the spec nor the data): that folder is meant "
+    "to be published whole, and the curator file and key never are. Nothing is read or spent",
+    points="`output.curator`",
 )
 ENTRIES.error(
     "E614",
@@ -329,7 +353,7 @@ PROVENANCE, AUDIT = "dpql.provenance", "dpql.audit"
 
 ENTRIES.error(
     "V000",
-    "the record file cannot be read (missing, too large, not UTF-8, not JSON)",
+    "the record file cannot be read (missing, too large, not UTF-8, not JSON, a duplicate key)",
     VERIFY,
     AUDIT,
 )

@@ -44,6 +44,33 @@ def default_report_dir(spec: LoadedSpec, synthetic: Path) -> Path:
     return curator_path(spec).parent / f"{stem}{REPORT_SUFFIX}"
 
 
+def _check_report_dir(
+    spec: LoadedSpec, output: Path, synthetic: str | Path, holdout: str | Path | None
+) -> None:
+    """E618 before any data is read when the report folder is an input or holds one (the
+    report's files would replace it): the spec, the data, the public files, the tables."""
+    from dpql.commit import release_inputs
+    from dpql.spec.files import same_file
+
+    inputs = release_inputs(spec) | {"synthetic table": Path(synthetic).absolute()}
+    if holdout:
+        inputs["holdout table"] = Path(holdout).absolute()
+    folder = output.absolute()
+    for what, path in inputs.items():
+        if same_file(folder, path) or same_file(folder, path.parent):
+            raise DiagnosticError(
+                [
+                    Diagnostic(
+                        "E618",
+                        f"the report folder {output} is or holds the {what}: the report's files "
+                        "would replace an input",
+                        SourcePos(str(output)),
+                        "give --output a folder of its own",
+                    )
+                ]
+            )
+
+
 def plain_progress(
     stream: TextIO | None = None, every: float = 5.0
 ) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
@@ -82,6 +109,7 @@ def make_report(
     spec = load_spec(spec_path)
     plan = build_plan(spec)
     out = Path(output) if output else default_report_dir(spec, Path(synthetic))
+    _check_report_dir(spec, out, synthetic, holdout)
     missing, other = rules_from_spec(spec.model)
     real = read_frame(spec.data_path, spec.data_format)
     synthetic_df = _read(Path(synthetic))
@@ -90,10 +118,10 @@ def make_report(
     if callable(progress):
         update, stop = progress, lambda: None
     elif progress:
-        from rich.console import Console
+        from dpql.terminal import SafeConsole
 
         bars = sys.stderr.isatty()
-        update, stop = progress_bars(Console(stderr=True)) if bars else plain_progress()
+        update, stop = progress_bars(SafeConsole(stderr=True)) if bars else plain_progress()
     else:
         update, stop = None, lambda: None
     try:

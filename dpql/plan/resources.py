@@ -248,10 +248,12 @@ def gan_cost(
     engine: str,
     width: int | None = None,
     marginal_cells: int = 0,
+    sampled_rows: int = 0,
 ) -> Any:
-    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data, and
-    the non-private fine-tuning on ``marginal_cells`` measured cells (``width``: the encoded
-    vector's length, from the backend's encoding)."""
+    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data, the
+    non-private fine-tuning on ``marginal_cells`` measured cells (``width``: the encoded
+    vector's length, from the backend's encoding), and drawing ``sampled_rows`` rows from the
+    generator in one pass (:func:`gan_sampling_bytes`)."""
     from dpql.synth.base import SynthCost
 
     gan = _gan_parts(domain, options, _data_rows_in_memory(n, engine), width)
@@ -260,7 +262,19 @@ def gan_cost(
     flops = o.ae_steps * o.ae_batch_size * ae + o.critic_steps * o.critic_batch_size * critic
     if marginal_cells:  # fine-tuning: forward and backward through G and De, relaxed marginals
         flops += o.finetune_steps * o.finetune_batch_size * (ae + critic + marginal_cells)
-    return SynthCost(gan, STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * flops)
+    sampling = gan_sampling_bytes(domain, options, sampled_rows, width)
+    return SynthCost(gan, STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * flops, sampling=sampling)
+
+
+def gan_sampling_bytes(domain: Domain, o: Any, rows: int, width: int | None = None) -> float:
+    """Peak bytes of drawing ``rows`` rows from the generator (dpql.synth.gan.train.sample): one
+    float32 pass holds per row the noise and the generator's hidden layer, the latent code and
+    the decoder's hidden layer, and four vectors of the encoding's width (logits, the drawn
+    one-hot rows, the Gumbel draw, the host copy); then the decoded rows' codes and values."""
+    n = width or _minmax_width(domain)
+    h = o.ae_hidden if o.ae_hidden is not None else (n + o.ae_latent_dim) // 2
+    floats = 2 * o.generator_noise_dim + o.ae_latent_dim + h + 4 * n
+    return rows * (4.0 * floats + 16.0 * len(domain))
 
 
 def estimate(
@@ -326,9 +340,12 @@ def estimate(
     parts["post-processing"] = post
 
     persistent = parts["data table"] + parts["query answers"]
+    sampling = cost.sampling if cost is not None else 0.0
+    parts["sampling"] = sampling
     phases = {
         "measurement": measure_phase,
         "synthesis": fit,
+        "sampling": fit + sampling,
         "rounding and writing": rounding + writing,
         "post-processing": post + rounding,
     }

@@ -117,7 +117,13 @@ class LoadedPolicy:
     def ledger_path(self) -> Path | None:
         """The lifetime release ledger, resolved against the policy file's folder."""
         lifetime = self.model.lifetime
-        return (self.path.parent / lifetime.ledger).resolve() if lifetime else None
+        if lifetime is None:
+            return None
+        path = self.path.parent / lifetime.ledger
+        try:
+            return path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop: reported where the ledger is opened
+            return Path(os.path.normpath(path))
 
 
 def normalised_spec_json(spec: ReleaseSpec) -> str:
@@ -487,6 +493,10 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         expected = [t.strip(" '") for t in ctx["expected"].replace(" or ", ",").split(",")]
         hint = did_you_mean(str(got), expected) or f"use one of: {', '.join(expected)}"
         return Diagnostic("E102", f"'{name}' {should}{_got(got)}", pos, hint)
+    if kind == "value_error" and should.startswith("Value error, should "):
+        return Diagnostic(
+            "E101", f"'{name}' {should[len('Value error, ') :]}{_got(err['input'])}", pos
+        )
     if kind in _RANGE_ERRORS:
         text = _range_text(kind, ctx, should)
         return Diagnostic("E101", f"'{name}' {text}{_got(err['input'])}", pos)

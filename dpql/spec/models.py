@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_BINS = 10  # numeric columns with neither bins nor edges
 
@@ -60,14 +60,36 @@ MAX_DSL_CHARS = 10_000  # one workload item or requirement
 MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
 MIN_RHO, MAX_RHO = 1e-12, 1e6
 MIN_DELTA, MAX_DELTA = 1e-100, 0.5
-MIN_SHARE, MAX_SHARE = 0.001, 0.999  # postprocess.share
+#: Every share of a budget (postprocess.share, the synthesizers' phase shares): a smaller one
+#: underflows the noise scale it is divided into (a division by zero at plan time).
+MIN_SHARE, MAX_SHARE = 0.001, 0.999
 MIN_SPLIT = 1e-6  # privacy.split shares (exact to 1e-6)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Probability = Annotated[float, Field(gt=0, lt=1)]
-Share = Annotated[float, Field(ge=MIN_SHARE, le=MAX_SHARE)]
+Share = Annotated[float, Field(ge=MIN_SHARE, le=MAX_SHARE, allow_inf_nan=False)]
+
+
+def _zero_or_share(value: float) -> float:
+    if value != 0 and value < MIN_SHARE:
+        raise ValueError(f"should be 0 or at least {MIN_SHARE:g}")
+    return value
+
+
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+MAX_PATH_CHARS = 4096
+
+
+def _path_text(value: str) -> str:
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        raise ValueError("should be a path without control characters (a NUL byte, a line break)")
+    return value
+
+
+#: A file path written in a spec or policy: no control characters (a NUL byte cannot name a
+#: file; an escape sequence would be printed in messages), at most 4,096 characters.
+PathStr = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_path_text)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Rows = Annotated[int, Field(gt=0, le=MAX_ROWS)]
 Epsilon = Annotated[float, Field(ge=MIN_EPSILON, le=MAX_EPSILON, allow_inf_nan=False)]
@@ -94,7 +116,7 @@ class _Model(BaseModel):
 class DataSpec(_Model):
     """Where the private table is and its public size."""
 
-    path: NonEmptyStr = Field(description="Data file, relative to the spec file.")
+    path: PathStr = Field(description="Data file, relative to the spec file.")
     rows: Rows = Field(
         description="Public row count n: the file's published row count (or another public "
         "figure), never computed from the data (not the count after missing: drop). "
@@ -146,12 +168,15 @@ class GroupSpec(_Model):
     ``sha256`` and ``levels`` (the group of each value, in ``values`` order) are filled in when
     the spec is loaded, so the normalised spec pins the file and is self-contained."""
 
-    file: NonEmptyStr | None = Field(
+    file: PathStr | None = Field(
         None, description="CSV with a header: a fine-value column and a group column."
     )
     fine: NonEmptyStr | None = Field(None, description="Fine-value column; default the first.")
     coarse: NonEmptyStr | None = Field(None, description="Group column; default the second.")
-    sha256: str | None = Field(None, description="Filled in at load: sha256 of the file.")
+    sha256: str | None = Field(
+        None,
+        description="Filled in at load: sha256 of the file; given, the file must have it.",
+    )
     levels: list[NonEmptyStr] | None = Field(
         None, max_length=MAX_CATEGORIES, description="Group of each value (filled in at load)."
     )
@@ -170,13 +195,16 @@ class CategoricalSpec(_Model):
         max_length=MAX_CATEGORIES,
         description="All categories, unique (or give values_file).",
     )
-    values_file: NonEmptyStr | None = Field(
+    values_file: PathStr | None = Field(
         None, description="Public file of the values, relative to the spec: one per line."
     )
     values_column: NonEmptyStr | None = Field(
         None, description="With values_file: read this column of a CSV (with a header)."
     )
-    values_sha256: str | None = Field(None, description="Filled in at load: sha256 of values_file.")
+    values_sha256: str | None = Field(
+        None,
+        description="Filled in at load: sha256 of values_file; given, the file must have it.",
+    )
     group: GroupSpec | None = Field(
         None, description="Public grouping: marginals use the groups, the output fine values."
     )
@@ -225,13 +253,16 @@ class RapOptions(_Model):
     learning_rate: Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)] = 0.05
     sigma_start: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 8.0
     sigma_max: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 512.0
-    init_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.2
-    threshold_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.25
+    init_share: Share = 0.2
+    threshold_share: Share = 0.25
 
     @model_validator(mode="after")
     def _consistent(self) -> RapOptions:
-        if self.init_share + self.threshold_share >= 1:
-            raise ValueError("init_share + threshold_share must leave budget for marginal rounds")
+        if self.init_share + self.threshold_share > MAX_SHARE:
+            raise ValueError(
+                f"should have init_share + threshold_share at most {MAX_SHARE:g} (the marginal "
+                "rounds need a share of the budget)"
+            )
         if self.sigma_start > self.sigma_max:
             raise ValueError("need sigma_start <= sigma_max")
         return self
@@ -312,7 +343,9 @@ class GanOptions(_Model):
         description="With encoding: bins, an integer column with at most this many values is "
         "one-hot over its values (0: never).",
     )
-    marginal_share: Annotated[float, Field(ge=0.0, le=0.9)] | None = Field(
+    marginal_share: (
+        Annotated[float, Field(ge=0.0, le=0.9), AfterValidator(_zero_or_share)] | None
+    ) = Field(
         None,
         description="Fraction of the synthesizer's rho spent on one Gaussian release of DP "
         "marginals (phase gan.marginals): every 1-way marginal, and with encoding: bins the "
@@ -387,20 +420,23 @@ class AimOptions(_Model):
     ``rounds`` select-and-measure rounds after one release of every 1-way marginal."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
-        None, description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
+        None,
+        description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
         "where the signal is abundant, fewer where noise would swamp them), in at most 4 rounds "
-        "(dpql.synth.aim.default_schedule)."
+        "(dpql.synth.aim.default_schedule).",
     )
     per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
-        None, description="Marginals selected and measured per round; default: by the rule "
-        "above with rounds unset, else 1."
+        None,
+        description="Marginals selected and measured per round; default: by the rule "
+        "above with rounds unset, else 1.",
     )
-    init_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = Field(
-        None, description="Share of rho on the 1-way marginals; default: enough for 0.05 "
+    init_share: Share | None = Field(
+        None,
+        description="Share of rho on the 1-way marginals; default: enough for 0.05 "
         "expected L1 noise per column, within [0.2, 0.7]; 0.9 if only one marginal is affordable "
-        "(dpql.synth.aim.default_schedule)."
+        "(dpql.synth.aim.default_schedule).",
     )
-    select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
+    select_share: Share = 0.1
     tree: bool = Field(
         True, description="Before the adaptive rounds, one round that selects a spanning forest "
         "of the 2-way candidates (MST's maximum spanning tree, McKenna et al. 2021: one "
@@ -414,21 +450,24 @@ class AimOptions(_Model):
         "L1)."
     )
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = Field(
-        None, description="Cap on the graphical model's size in MB (AIM's model-size filter); "
+        None,
+        description="Cap on the graphical model's size in MB (AIM's model-size filter); "
         "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "
-        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap)."
+        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap).",
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
     balance_sweeps: Annotated[int, Field(ge=0, le=1_000)] = Field(
-        16, description="Passes of the row balancer over the columns (0: off): the sampled rows "
+        16,
+        description="Passes of the row balancer over the columns (0: off): the sampled rows "
         "are rearranged by value swaps within each column so that their workload marginals come "
-        "closer to the model's expected counts (dpql.synth.graphical.balance_rows)."
+        "closer to the model's expected counts (dpql.synth.graphical.balance_rows).",
     )
     pool_rare: bool = Field(
-        True, description="Fit the model to the 1-way answers with each column's rare cells "
+        True,
+        description="Fit the model to the 1-way answers with each column's rare cells "
         "(noisy count below 3 sigma) shrunk towards their mean (empirical Bayes; MST's domain "
-        "compression where noise dwarfs them; dpql.synth.aim.pool_rare)."
+        "compression where noise dwarfs them; dpql.synth.aim.pool_rare).",
     )
 
     @classmethod
@@ -473,7 +512,7 @@ class ExternalSynthesizer(_Model):
     """A table synthesised elsewhere under its own budget; dpql only post-processes it."""
 
     method: Literal["external"]
-    path: NonEmptyStr = Field(description="The external synthetic table, relative to the spec.")
+    path: PathStr = Field(description="The external synthetic table, relative to the spec.")
     budget: ExternalBudget = Field(
         description="The (epsilon, delta) the external table was made with, and its relation."
     )
@@ -497,14 +536,14 @@ class PostprocessSpec(_Model):
 
 
 class OutputSpec(_Model):
-    path: NonEmptyStr = Field(description="Synthetic table, relative to the spec file.")
-    provenance: NonEmptyStr = Field(description="Provenance record (JSON).")
-    ledger: NonEmptyStr | None = Field(
+    path: PathStr = Field(description="Synthetic table, relative to the spec file.")
+    provenance: PathStr = Field(description="Provenance record (JSON).")
+    ledger: PathStr | None = Field(
         None,
         description="Lifetime release ledger (JSONL): one line per release (its budget, spend "
         "and RDP curve), composed by dpql check --policy.",
     )
-    curator: NonEmptyStr | None = Field(
+    curator: PathStr | None = Field(
         None,
         description="CURATOR-ONLY file (true row count, clip counts, keyed HMAC of the data "
         "file, timings), relative to the spec file; never publish it. Default: "
@@ -571,7 +610,7 @@ class Lifetime(_Model):
         description="Total delta over all releases of the source (the deltas add); unset: "
         "the summed delta is reported but not capped.",
     )
-    ledger: NonEmptyStr = Field(description="Release ledger (JSONL), relative to the policy.")
+    ledger: PathStr = Field(description="Release ledger (JSONL), relative to the policy.")
     composition: Literal["basic", "rdp"] = Field(
         "basic",
         description="How releases add up against the cap: `basic` (default), epsilons and deltas "
@@ -608,6 +647,11 @@ class Policy(_Model):
     dpql_policy: Literal[1] = Field(alias="dpql-policy", description="Policy format version.")
     max_epsilon: PositiveFloat
     max_delta: Probability
+    max_minutes: Annotated[float, Field(gt=0, le=10**7, allow_inf_nan=False)] | None = Field(
+        None,
+        description="Most minutes dpql compile may be estimated to take (the compile estimate "
+        "of dpql plan); a spec estimated to run longer is refused.",
+    )
     lifetime: Lifetime | None = None
     forbidden_columns: list[NonEmptyStr] = Field(default_factory=list)
     allowed_methods: list[Literal["rap", "gan", "iproj", "external", "aim", "auto"]] = Field(

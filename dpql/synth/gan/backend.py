@@ -122,6 +122,7 @@ class GanBackend:
             spec.domain, options, spec.rows, spec.model.data.engine,
             encoding.width(spec.domain, options.encoding, options.integer_levels),
             sum(spec.domain.cells(q.columns) for q in measured) if options.finetune_steps else 0,
+            spec.model.synthesizer.rows * (options.resample_pool if marginal_lines else 1),
         )  # fmt: skip
         return SynthPlan("gan", lines, gan, cost, options.model_dump(mode="json"))
 
