@@ -328,7 +328,7 @@ def test_values_and_group_files_plan_or_fail_cleanly(
 
 
 OUTPUT_NAMES = ["out/t.csv", "out/t.json", "out/c.json", "out/l.jsonl", "spec.yaml", "data.csv",
-                "hard.csv", "external.csv", "out", "out/t.csv/x", "..", "x" * 300, "a\\0b",
+                "hard.csv", "external.csv", "out", "out/t.csv/x", ".", "x" * 300, "a\\0b",
                 "a\\e[2Jb", "/dev/null", "loop", "fifo", "out/dpql-curator.key", "c/../out/t.csv",
                 "./data.csv"]  # fmt: skip
 SMALL = """dpql: 1
