@@ -21,7 +21,12 @@ from dpql.terminal import printable
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
-BASE = (EXAMPLE / "adult.release.yaml").read_text(encoding="utf-8")
+# the example with one count requirement (the others depend on the default missing rule)
+BASE = re.sub(
+    r"requirements:\n(  - .*\n)+",
+    'requirements:\n  - count(sex == "Female") within 0.05\n',
+    (EXAMPLE / "adult.release.yaml").read_text(encoding="utf-8"),
+)
 RACE = (
     "race:           {type: categorical, values: [Amer-Indian-Eskimo, Asian-Pac-Islander, "
     "Black, Other, White]}"
