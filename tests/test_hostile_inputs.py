@@ -392,13 +392,3 @@ def test_a_policy_caps_the_estimated_compile_time(
     rc, out, _ = _run("check", str(spec), "--policy", str(policy), capsys=capsys)
     assert rc == 1 and "P009" in out and "max_minutes 0.01" in out
 
-
-def test_gan_under_the_default_missing_rule_is_a_located_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """missing: keep by default (no `missing` key): the GAN's E109 points at a column."""
-    spec = tmp_path / "gan.release.yaml"
-    spec.write_text(BASE.replace(SYNTH + "  rows: 32561\n", "  method: gan\n  rows: 100\n"))
-    rc, _, err = _run("plan", str(spec), capsys=capsys)
-    assert rc == 1 and _located(err, "E109", "gan.release.yaml"), err
-    assert "internal error" not in err

@@ -25,6 +25,8 @@ import yaml
 from dpql.spec.load import load_spec
 from dpql.spec.models import CategoricalSpec
 
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "benchmarks" / "suite" / "specs"
 ROWS, OUTPUT_ROWS = 400, 200_000

@@ -254,13 +254,12 @@ def _refuse_kept_missing(spec: Any) -> None:
         if (col.missing or model.missing) != "keep":
             continue
         at = ("schema", name, "missing") if col.missing else ("missing",)
-        pos = doc.value_pos(at) if doc.has(at) else doc.key_pos(("schema", name))  # a default
         diags.append(
             Diagnostic(
                 "E109",
                 f"missing: keep is not supported by the gan synthesizer (column '{name}'): "
                 "its encoding has no state for a missing cell",
-                pos,
+                doc.value_pos(at),
                 "use method: rap (or aim), or missing: drop / fill for this column",
             )
         )
