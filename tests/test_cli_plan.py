@@ -159,9 +159,11 @@ def test_plan_counts_f1_queries_and_flags_impossible_bounds(spec_without_data: P
     def test_line(plan: dict) -> dict:
         return next(x for x in plan["allocation"]["lines"] if x["phase"] == "accept.test")
 
-    # f1 = 2 counting queries, accuracy 1: sigma = sqrt(T)/n / sqrt(2 rho) with T = 2, then 3;
-    # the planner gives the tests just the rho that brings each bound's sd to BOUND_TEST_SD
-    for plan, tests in ((one, 2), (two, 3)):
+    # f1 = 2 counting queries, accuracy 1, plus each model's count of the rows where its columns
+    # are present (every column is nullable under the default keep): sigma = sqrt(T)/n /
+    # sqrt(2 rho) with T = 3, then 5; the planner gives the tests just the rho that brings each
+    # bound's sd to BOUND_TEST_SD
+    for plan, tests in ((one, 3), (two, 5)):
         line = test_line(plan)
         l2 = line["noise_scale"] * math.sqrt(2 * line["rho_per_release"]) * 32561
         assert l2 == pytest.approx(math.sqrt(tests))

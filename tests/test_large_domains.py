@@ -92,7 +92,7 @@ def test_values_file_one_per_line_is_read_and_pinned(tmp_path: Path) -> None:
     assert col.values == fine_codes(100)
     digest = hashlib.sha256((tmp_path / "regions.txt").read_bytes()).hexdigest()
     assert col.values_sha256 == digest
-    assert spec.domain.card("region") == 100
+    assert spec.domain.card("region") == 100 + 1  # and its null state (the default keep)
     normalised = json.loads(normalised_spec_json(spec.model))
     region = next(c for c in normalised["schema"] if c["name"] == "region")
     assert region["values_sha256"] == digest and len(region["values"]) == 100
@@ -148,7 +148,7 @@ def test_group_gives_a_coarse_domain(tmp_path: Path) -> None:
     write_files(tmp_path, k=200)
     spec = load_spec(write_spec(tmp_path, GROUPED))
     col = spec.domain["region"]
-    assert col.card == N_GROUPS and col.fine is not None and len(col.fine) == 200
+    assert col.card == N_GROUPS + 1 and col.fine is not None and len(col.fine) == 200
     assert col.values[0] == "S00" and col.parent[:3] == (0, 1, 2)
     assert spec.model.columns["region"].group.levels[51] == "S01"
 
@@ -197,7 +197,8 @@ def test_workload_sees_the_coarse_level(tmp_path: Path) -> None:
         for q in plan.queries
         if isinstance(q, Marginal) and "region" in q.columns
     ]
-    assert cells and max(cells) == N_GROUPS * 8 * 2
+    # each column carries its null state under the default missing: keep
+    assert cells and max(cells) == (N_GROUPS + 1) * (8 + 1) * (2 + 1)
     with pytest.raises(DiagnosticError) as e:  # fine values are not categories of the workload
         build_plan(load_spec(write_spec(tmp_path, GROUPED, 'count(region == "R00003")')))
     assert "E304" in codes_of(e)
