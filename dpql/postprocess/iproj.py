@@ -89,20 +89,22 @@ class Measurement:
 class Boxes:
     """Box constraints of the projection, ``|E_w columns_j - centre_j| <= half_width_j``:
     ``columns`` (one row per table row, one column per box) are public per-row statistics on
-    a common scale (noise sds in compile, so the resampling keeps each to a fraction of its
-    sd, :func:`resample`). Compile boxes each requirement's value, linearised at the table's
-    moments, and holds a pilot's score equations with width 0 (``dpql.postprocess.run``)."""
+    the measures' own scale (so one KKT tolerance serves both), ``sd`` each one's noise sd, the
+    scale on which the resampling keeps it (:func:`resample`). Compile boxes each requirement's
+    value, linearised at the table's moments, and holds a pilot's score equations with width 0
+    (``dpql.postprocess.run``)."""
 
     columns: np.ndarray
     centre: np.ndarray
     half_width: np.ndarray
+    sd: np.ndarray
 
     def __post_init__(self) -> None:
         m = self.columns.shape[1]
-        if not (self.centre.shape == self.half_width.shape == (m,)):
-            raise ValueError("one centre and one half-width per box column")
-        if np.any(self.half_width < 0):
-            raise ValueError("half-widths must be >= 0")
+        if not (self.centre.shape == self.half_width.shape == self.sd.shape == (m,)):
+            raise ValueError("one centre, half-width and sd per box column")
+        if np.any(self.half_width < 0) or not np.all(self.sd > 0):
+            raise ValueError("half-widths must be >= 0 and sds > 0")
 
 
 def measure(
@@ -580,7 +582,8 @@ def iproject(
     ridge = (
         np.zeros(K) if prior_rows is None else float(prior_rows) * measurement.sigma**2
     )
-    gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), (K,))
+    # the ridge keeps a penalised measure's dual finite: gamma serves the hard projection only
+    gam = np.broadcast_to(np.asarray(gamma if prior_rows is None else 0.0, dtype=np.float64), (K,))
     if boxes is not None and boxes.columns.shape[1]:
         Fk = np.hstack([Fk, boxes.columns[ok]])
         target = np.concatenate([target, boxes.centre])
@@ -692,7 +695,7 @@ def iproject(
     w[ok] = wk
     keep = None
     if boxes is not None and box_cols.shape[1]:
-        keep = boxes.columns
+        keep = boxes.columns / boxes.sd
     out = resample(table, w, rows if rows is not None else table.n, seed, keep=keep)
     nz = sol.weights[sol.weights > 0]
     after = features(measurement.queries, out).mean(axis=0)
@@ -710,7 +713,7 @@ def iproject(
         before=Fk.mean(axis=0),
         reweighted=reweighted,
         after=after,
-        gamma=float(np.max(gamma)),
+        gamma=float(np.max(gamma)) if prior_rows is None else 0.0,
         projection_distance=distance,
         kkt_violation=viol,
         kl=float(np.sum(nz * np.log(nz * Fk.shape[0]))),

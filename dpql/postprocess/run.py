@@ -160,34 +160,36 @@ def requirement_boxes(
 ) -> Boxes | None:
     """The projection's box constraints: one per banded requirement (``Role.banded``), its value
     linearised at the table's moments, ``|g . E_w f - (g . before + noisy - before value)| <=
-    h``, in units of its sd; and each pilot's score equations held where they are (width 0, in
-    units of their sampling sd ``spread / sqrt(rows)``). ``F`` the measures per row, ``before``
-    their means (public), ``noisy`` the measurement (where the table's value is undefined, the
-    value is linearised there and centred at ``g . noisy``)."""
+    h``, ``g`` scaled to a largest weight of 1 (the measures' own scale); and each pilot's
+    score equations held where they are (width 0; sd their sampling sd ``spread / sqrt(rows)``).
+    ``F`` the measures per row, ``before`` their means (public), ``noisy`` the measurement
+    (where the table's value is undefined, the value is linearised there, centred at ``g .
+    noisy``)."""
     from dpql.postprocess.iproj import Boxes
 
-    cols, centre, width = [], [], []
+    cols, centre, width, sd = [], [], [], []
     for r in roles:
         if not r.banded:
             continue
         assert r.gradient is not None
-        g = np.nan_to_num(r.gradient) / r.sd
-        defined = np.isfinite(r.before)
+        unit = float(np.max(np.abs(r.gradient)))
+        g = np.nan_to_num(r.gradient) / unit
         centre.append(
-            float(g @ np.nan_to_num(before)) + (r.noisy - r.before) / r.sd
-            if defined else float(g @ noisy)
+            float(g @ np.nan_to_num(before)) + (r.noisy - r.before) / unit
+            if np.isfinite(r.before) else float(g @ noisy)
         )  # fmt: skip
         cols.append(np.nan_to_num(F @ g))
-        width.append(r.half_width / r.sd)
+        width.append(r.half_width / unit)
+        sd.append(r.sd / unit)
     if scores.shape[1]:
-        unit = scores.std(axis=0) / np.sqrt(scores.shape[0])
-        cols.extend((scores / unit).T)
-        mean = scores.mean(axis=0) / unit
-        centre.extend(mean)
-        width.extend(np.zeros(mean.size))
+        cols.extend(scores.T)
+        centre.extend(scores.mean(axis=0))
+        width.extend(np.zeros(scores.shape[1]))
+        sd.extend(scores.std(axis=0) / np.sqrt(scores.shape[0]))
     if not cols:
         return None
-    return Boxes(np.column_stack(cols), np.asarray(centre), np.asarray(width))
+    arrays = (np.column_stack(cols), centre, width, sd)
+    return Boxes(*(np.asarray(x, dtype=np.float64) for x in arrays))
 
 
 def out_of_reach(roles: Sequence[Role], requirements: Sequence[Any], measures: Any,
@@ -290,7 +292,7 @@ def run_postprocess(
     rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
     boxes = requirement_boxes(
         roles, F, synthetic, measurement.noisy, score_equations(measures, pilots, table)
-    )
+    ) if moves else None  # fmt: skip
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=policy.ess_floor,
         workload=sparse_workload(workload, table, prior) if workload else None,
