@@ -91,8 +91,7 @@ class Boxes:
     ``columns`` (one row per table row, one column per box) are public per-row statistics on
     the measures' own scale (so one KKT tolerance serves both), ``sd`` each one's noise sd, the
     scale on which the resampling keeps it (:func:`resample`). Compile boxes each requirement's
-    value, linearised at the table's moments, and holds a pilot's score equations with width 0
-    (``dpql.postprocess.run``)."""
+    value, linearised at the table's moments (``dpql.postprocess.run.requirement_boxes``)."""
 
     columns: np.ndarray
     centre: np.ndarray

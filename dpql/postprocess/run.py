@@ -123,48 +123,14 @@ def with_pilots(
     return replace(measures, queries=tuple(queries)), tuple(pilots)
 
 
-def score_equations(measures: Any, pilots: Sequence[int], table: EncodedTable) -> np.ndarray:
-    """Per row, the score equations of each pilot's logistic model on ``table`` (public): for
-    each class ``c`` but the first present one and design row ``z = (x, 1)``, ``(1{y = c} -
-    p_c(x)) z``. A fit on a table solves ``mean_i`` of them ``= (its penalty's gradient) / n``;
-    holding their means where they are keeps the pilot the model a refit on the released table
-    finds, to first order, so the test's model is the pilot whose accuracy was placed. Rows with
-    a missing feature or label score 0 (the fit left them out); constant columns are dropped."""
-    from dpql.plan.exact import design_matrix
-
-    cols = []
-    for k in pilots:
-        q = measures.queries[k]
-        X = design_matrix(q.features, table)
-        usable = np.isfinite(X).all(axis=1)
-        Z = np.hstack([np.where(usable[:, None], X, 0.0), np.ones((table.n, 1))])
-        W = np.hstack([np.asarray(q.coef), np.asarray(q.intercept)[:, None]])
-        logits = Z @ W.T
-        logits -= logits.max(axis=1, keepdims=True)
-        prob = np.exp(logits)
-        prob /= prob.sum(axis=1, keepdims=True)
-        y = table.codes[q.label]
-        present = np.flatnonzero(np.asarray(q.intercept) > -1e8)
-        for c in present[1:]:  # the first present class's residuals are minus the others' sum
-            resid = np.where(usable, (y == c) - prob[:, c], 0.0)
-            cols.append(resid[:, None] * Z)
-    if not cols:
-        return np.zeros((table.n, 0))
-    G = np.hstack(cols)
-    return G[:, G.std(axis=0) > 0]
-
-
 def requirement_boxes(
-    roles: Sequence[Role], F: np.ndarray, before: np.ndarray, noisy: np.ndarray,
-    scores: np.ndarray,
+    roles: Sequence[Role], F: np.ndarray, before: np.ndarray, noisy: np.ndarray
 ) -> Boxes | None:
-    """The projection's box constraints: one per banded requirement (``Role.banded``), its value
-    linearised at the table's moments, ``|g . E_w f - (g . before + noisy - before value)| <=
-    h``, ``g`` scaled to a largest weight of 1 (the measures' own scale); and each pilot's
-    score equations held where they are (width 0; sd their sampling sd ``spread / sqrt(rows)``).
-    ``F`` the measures per row, ``before`` their means (public), ``noisy`` the measurement
-    (where the table's value is undefined, the value is linearised there, centred at ``g .
-    noisy``)."""
+    """The projection's box constraints, one per banded requirement (``Role.banded``): its
+    value linearised at the table's moments, ``|g . E_w f - (g . before + noisy - before
+    value)| <= h``, ``g`` scaled to a largest weight of 1 (the measures' own scale). ``F`` the
+    measures per row, ``before`` their means (public), ``noisy`` the measurement (where the
+    table's value is undefined, the value is linearised there, centred at ``g . noisy``)."""
     from dpql.postprocess.iproj import Boxes
 
     cols, centre, width, sd = [], [], [], []
@@ -181,11 +147,6 @@ def requirement_boxes(
         cols.append(np.nan_to_num(F @ g))
         width.append(r.half_width / unit)
         sd.append(r.sd / unit)
-    if scores.shape[1]:
-        cols.extend(scores.T)
-        centre.extend(scores.mean(axis=0))
-        width.extend(np.zeros(scores.shape[1]))
-        sd.extend(scores.std(axis=0) / np.sqrt(scores.shape[0]))
     if not cols:
         return None
     arrays = (np.column_stack(cols), centre, width, sd)
@@ -267,7 +228,7 @@ def run_postprocess(
     spec = getattr(plan, "spec", None)
     # the corr / mean measures centred at the synthetic table's means (dpql.postprocess.centre)
     requirements, measures = recentre(plan.requirements, plan.measures, table)
-    measures, pilots = with_pilots(measures, requirements, table, seed)
+    measures, _ = with_pilots(measures, requirements, table, seed)
     F = features(measures.queries, table)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
@@ -290,9 +251,7 @@ def run_postprocess(
     moves = any(r.role == "constrained" for r in roles)
     prior = policy.prior_rows * table.n
     rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
-    boxes = requirement_boxes(
-        roles, F, synthetic, measurement.noisy, score_equations(measures, pilots, table)
-    ) if moves else None  # fmt: skip
+    boxes = requirement_boxes(roles, F, synthetic, measurement.noisy) if moves else None
     result = iproject(
         table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=policy.ess_floor,
         workload=sparse_workload(workload, table, prior) if workload else None,
