@@ -309,7 +309,11 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
     assert len(centred) == 3
     assert len(out.iproj.queries) == len(plan.measures.queries) == 1 + 5
     exact = np.concatenate(answer_all(out.iproj.queries, REAL))
-    assert np.abs(out.iproj.after - exact).max() < np.abs(out.iproj.before - exact).max()
+    if any(r.role == "constrained" for r in out.roles):  # moved toward the real table
+        assert np.abs(out.iproj.after - exact).max() < np.abs(out.iproj.before - exact).max()
+    else:  # every requirement inside its band or without room: the table does not move
+        assert out.iproj.method == "none"
+        assert np.array_equal(out.iproj.after, out.iproj.before)
 
 
 # ---------------------------------------------------------------------------------------------

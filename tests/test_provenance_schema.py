@@ -104,11 +104,11 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     planned = len(queries)
     assert post["measures"][:planned] == [describe_query(q, spec.domain) for q in queries]
     # the logistic's only measure is its pilot (dpql.postprocess.run.with_pilots): the accuracy
-    # of its model fitted on RAP's table, in the logistic's own release, pulled like a moment
+    # of its model fitted on RAP's table, in the logistic's own release: its value in the roles
     logistic = next(i for i, r in enumerate(plan.requirements) if isinstance(r, ModelRequirement))
     (pilot,) = measured.index[logistic]
     assert k == planned and post["measures"][pilot].startswith("model_accuracy(")
-    assert post["pull"][pilot] < 1.0
+    assert post["roles"][logistic]["noisy"] == pytest.approx(post["noisy"][pilot])
     releases = measured.releases
     assert len(events) == len(releases) == len(plan.measures.releases) == len(plan.requirements)
     times = [sum(i in r.cells for r in releases) for i in range(planned)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -158,4 +158,52 @@ def decide_roles(
         h = policy.band * room
         role: RoleName = "inside" if abs(v0 - v) <= h else "constrained"
         out.append(Role(i, role, v0, v, sd, h, g))
+    return tuple(out)
+
+
+def value_at(
+    role: Role, req: Requirement, queries: Sequence[Query], at: np.ndarray, domain: Domain
+) -> float:
+    """The requirement's value at the measures ``at`` (NaN where undefined): a pilot's accuracy
+    cell, or :func:`~dpql.plan.requirements.requirement_value`."""
+    if isinstance(req, ModelRequirement):
+        assert role.gradient is not None
+        return float(role.gradient @ at)
+    try:
+        return requirement_value(req, dict(zip(queries, np.asarray(at).tolist(), strict=True)),
+                                 domain)  # fmt: skip
+    except DiagnosticError:
+        return math.nan
+
+
+def reachable(role: Role, value: float, req: Requirement, policy: PostprocessPolicy) -> bool:
+    """Whether ``value`` passes the verdict's condition ``|v - v_noisy| + z sd <= t``."""
+    t = req.tolerance.within
+    return t is not None and abs(value - role.noisy) + policy.z * role.sd <= t
+
+
+def linearise_at(
+    roles: Sequence[Role],
+    requirements: Sequence[Requirement],
+    queries: Sequence[Query],
+    at: np.ndarray,
+    domain: Domain,
+) -> tuple[Role, ...]:
+    """The banded roles with their value and gradient taken at the measures ``at`` instead of
+    the table's (the role itself, sd and band unchanged): a Gauss-Newton step for a value the
+    first linearisation missed. A value undefined at ``at`` keeps its linearisation."""
+    out = []
+    answers = dict(zip(queries, np.asarray(at, dtype=float).tolist(), strict=True))
+    for r in roles:
+        req = requirements[r.index]
+        if not r.banded or isinstance(req, ModelRequirement):
+            out.append(replace(r, before=value_at(r, req, queries, at, domain)) if r.banded
+                       else r)  # fmt: skip
+            continue
+        try:
+            v, g = _value_and_gradient(req, answers, queries, domain)
+        except DiagnosticError:
+            out.append(r)
+            continue
+        out.append(replace(r, before=v, gradient=g) if np.all(np.isfinite(g)) else r)
     return tuple(out)

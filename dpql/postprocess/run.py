@@ -12,13 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dpql.diagnostics import Diagnostic, DiagnosticError
+from dpql.diagnostics import Diagnostic
 from dpql.domain import EncodedTable
 from dpql.plan.oracle import MeasurementOracle
 from dpql.postprocess.accept import ModelAcceptance, MomentAcceptance, acceptance_report
 from dpql.postprocess.allocation import allocation_scales
 from dpql.postprocess.centre import keep_planned_l2, recentre
-from dpql.postprocess.policy import DEFAULT_POLICY, PostprocessPolicy, Role, decide_roles
+from dpql.postprocess.policy import (
+    DEFAULT_POLICY,
+    PostprocessPolicy,
+    Role,
+    decide_roles,
+    linearise_at,
+    reachable,
+    value_at,
+)
 
 if TYPE_CHECKING:  # jax stays out of plan-time imports
     from dpql.postprocess.iproj import Boxes, IProjResult
@@ -158,10 +166,6 @@ def out_of_reach(roles: Sequence[Role], requirements: Sequence[Any], measures: A
     """``W511`` for each requirement with no room (``t <= z sd``: left alone), ``W510`` for each
     constrained one whose reweighted value still misses the pass condition ``|v - v_noisy| +
     z sd <= t`` (the ESS floor stopped it short). Public: DP outputs and the table."""
-    from dpql.plan.ir import ModelRequirement
-    from dpql.plan.requirements import requirement_value
-
-    at = measures.answer_map(result.reweighted)
     short, none = [], []
     for r in roles:
         req = requirements[r.index]
@@ -171,13 +175,8 @@ def out_of_reach(roles: Sequence[Role], requirements: Sequence[Any], measures: A
                         f"tolerance {req.tolerance.within:g})")  # fmt: skip
         if r.role != "constrained":
             continue
-        assert r.gradient is not None
-        try:
-            v = (float(r.gradient @ result.reweighted) if isinstance(req, ModelRequirement)
-                 else requirement_value(req, at, result.table.domain))  # fmt: skip
-        except DiagnosticError:
-            v = float("nan")
-        if not abs(v - r.noisy) + policy.z * r.sd <= req.tolerance.within:
+        v = value_at(r, req, measures.queries, result.reweighted, result.table.domain)
+        if not reachable(r, v, req, policy):
             short.append(f"{name} from {r.before:.4g} to {v:.4g}, the noisy value being "
                          f"{r.noisy:.4g} +- {policy.z * r.sd:.2g} and its tolerance "
                          f"{req.tolerance.within:g}")  # fmt: skip
@@ -198,6 +197,11 @@ def out_of_reach(roles: Sequence[Role], requirements: Sequence[Any], measures: A
             hint="more budget for post-processing (`postprocess.share`), a higher epsilon, or "
             "a looser tolerance", severity="warning"))  # fmt: skip
     return out
+
+
+# At most this many re-linearisations (Gauss-Newton) of the boxed values at the reweighted
+# table, where the first linearisation left a value out of reach of a pass.
+RELINEARISE = 3
 
 
 def run_postprocess(
@@ -251,12 +255,22 @@ def run_postprocess(
     moves = any(r.role == "constrained" for r in roles)
     prior = policy.prior_rows * table.n
     rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
-    boxes = requirement_boxes(roles, F, synthetic, measurement.noisy) if moves else None
-    result = iproject(
-        table, measurement, seed=seed, rows=rows, prior_rows=prior, ess_floor=policy.ess_floor,
-        workload=sparse_workload(workload, table, prior) if workload else None,
-        boxes=boxes, move=moves,
-    )  # fmt: skip
+    penalty = sparse_workload(workload, table, prior) if workload else None
+    at, linear = synthetic, roles
+    for _ in range(1 + RELINEARISE):
+        boxes = requirement_boxes(linear, F, at, measurement.noisy) if moves else None
+        result = iproject(
+            table, measurement, seed=seed, rows=rows, prior_rows=prior,
+            ess_floor=policy.ess_floor, workload=penalty, boxes=boxes, move=moves,
+        )  # fmt: skip
+        at = result.reweighted
+        if not moves or all(
+            reachable(r, value_at(r, requirements[r.index], measures.queries, at,
+                                  table.domain), requirements[r.index], policy)
+            for r in roles if r.banded
+        ):  # fmt: skip
+            break
+        linear = linearise_at(roles, requirements, measures.queries, at, table.domain)
     found = out_of_reach(roles, requirements, measures, result, policy)
     if found:
         result = replace(result, diagnostics=(*result.diagnostics, *found))
