@@ -129,6 +129,7 @@ def real_values(req, released, real) -> tuple[float, float]:
 
 
 def compile_once(table: str, seed: int, requirements: bool) -> dict:
+    import dpql.postprocess.run as run_module
     from dpql.cli import main as dpql
     from dpql.codec import encode_frame
     from dpql.plan.planner import build_plan
@@ -142,8 +143,19 @@ def compile_once(table: str, seed: int, requirements: bool) -> dict:
         plan = build_plan(loaded)
         t0 = time.time()
         argv = ["compile", str(spec_path), "--seed", str(seed), "--quiet"]
-        if dpql([*argv, "--ledger", str(tmp / "ledger.jsonl")]) != 0:
-            raise SystemExit("compile failed")
+        seen = []  # the table post-processing starts from (the synthesizer's output)
+        original = run_module.run_postprocess
+
+        def spy(plan, oracle, table, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+            seen.append(_codes(table))
+            return original(plan, oracle, table, *a, **k)
+
+        run_module.run_postprocess = spy
+        try:
+            if dpql([*argv, "--ledger", str(tmp / "ledger.jsonl")]) != 0:
+                raise SystemExit("compile failed")
+        finally:
+            run_module.run_postprocess = original
         elapsed = time.time() - t0
         df = pd.read_csv(tmp / "out/t.csv", keep_default_na=False, na_values=[""])
         rec = json.loads((tmp / "out/t.provenance.json").read_text())
@@ -167,6 +179,8 @@ def compile_once(table: str, seed: int, requirements: bool) -> dict:
             "released": v, "real": v_real, "error": abs(v - v_real),
             "holds": bool(abs(v - v_real) <= t) if t is not None else None,
         })  # fmt: skip
+    if seen:  # post-processing's own effect on the 3-way marginals
+        row["tvd3_before_postprocess"] = mean_tvd3(_codes(real), seen[0])
     row.update({
         "share": float(plan.split.share) if plan.split is not None else None,
         "ess": post["effective_sample_size"], "rows": len(df),
@@ -214,6 +228,10 @@ def summary(args: argparse.Namespace) -> None:
                 for text in dict.fromkeys(q["text"] for q in reqs)
             },
             "tvd3": tvd, "tvd3_baseline": tvd0,
+            "postprocess_tvd3_factor": float(np.mean(
+                [r["tvd3"] / r["tvd3_before_postprocess"] for r in withr
+                 if r.get("tvd3_before_postprocess")]
+            )) if any(r.get("tvd3_before_postprocess") for r in withr) else None,
             "tvd3_ratio": tvd / tvd0 if tvd and tvd0 else None,
             "min_ess_fraction": min((r["ess"] / r["rows"] for r in withr), default=None),
         }
