@@ -146,7 +146,7 @@ def compile_once(table: str, seed: int, requirements: bool) -> dict:
         seen = []  # the table post-processing starts from (the synthesizer's output)
         original = run_module.run_postprocess
 
-        def spy(plan, oracle, table, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        def spy(plan, oracle, table, *a, **k):
             seen.append(_codes(table))
             return original(plan, oracle, table, *a, **k)
 
