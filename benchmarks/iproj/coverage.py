@@ -2,7 +2,7 @@
 
 For each compile of a spec with requirements and ``postprocess: iproj`` (the example,
 ``examples/adult/adult.release.yaml``, or a suite table with the requirements of
-``issue15_other_tables.TABLES``), every requirement's verdict and whether it holds on the real
+:data:`TABLES`), every requirement's verdict and whether it holds on the real
 table within its tolerance: ``|value on the released table - value on the real table| <= t``
 for a corr / mean, and for a logistic the gap between the accuracy of the model refitted on the
 released table (``accept.fit_model``) on the released rows and on the real ones. Each value is
