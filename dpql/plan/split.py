@@ -54,15 +54,11 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   A logistic ``within`` requirement (its test compares accuracies) is measured by its *pilot*
   alone (``dpql.plan.requirements.piloted``): compile fits the model on the synthetic table it
   post-processes (public), measures that model's accuracy on the real table at sd
-  ``PILOT_SD_FRACTION t`` (:func:`pilot_sd`) and projects the table onto it
+  ``PILOT_SD_FRACTION t`` (:func:`pilot_sd`) and places the table's accuracy in its band
   (``dpql.postprocess.run``): ``rho = (1/n)^2 / (2 s_pilot^2)``. Why: the test's statistic is
   the gap between the model's accuracy on the synthetic table and on the real one, and the
-  moments (a degree-2 proxy of the log-loss) do not pin that gap: over twelve RAP-only compiles
-  of the example it was 0.0001-0.0258 (six above the 0.015 a pass needs at the test's sd), RAP's
-  own fit, which the projection left or made worse; with the pilot the logistic passed 12 / 12
-  (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)"). The moments were measured beside
-  the pilot at sd ``t / Z`` before: 57% of that release's rho (0.67% of the example's
-  budget) for a pull the workload answers already outweighed (RESULTS.md, "The pilot alone").
+  moments (a degree-2 proxy of the log-loss) do not pin that gap; the pilot's accuracy is that
+  gap's own measure (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)").
 * the tests: the largest rho any model requirement's test needs (bisection on its predicted sd,
   which also carries the label moments' noise for ``r2``).
 
