@@ -8,7 +8,13 @@ The public Python API (the command line is a thin layer over it)::
     plan = dpql.build_plan(spec)                                  # budget, queries; no data read
     release = dpql.compile("examples/adult/adult.release.yaml", seed=0)
     table = release.table()                                       # the synthetic pandas.DataFrame
+    print(release.summary())                                      # paths, spend, verdicts
     dpql.verify(release.record_path, synthetic=release.table_path)  # [] when the record checks
+
+    # the private table as a DataFrame, the budget overridden, progress bars on stderr:
+    release = dpql.compile(spec, data=df, overrides={"privacy.epsilon": 2.0}, progress=True)
+    report = dpql.evaluate_report(spec, release.table_path)       # curator-only; never publish
+    print(report.headline.text())
 
 (The names avoid the subpackages ``dpql.plan`` and ``dpql.evaluate``: importing one binds
 its name on the package, over a function of that name.) Errors in specs, policies or data raise
@@ -26,10 +32,14 @@ from typing import TYPE_CHECKING, Any
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     import pandas as pd
 
+    from dpql.evaluate.report import EvaluationReport
     from dpql.pipeline import CompileResult
     from dpql.plan.planner import ReleasePlan
+    from dpql.quality import QualityHeadline
     from dpql.spec.load import LoadedSpec
 
 __version__ = "0.1.0"
@@ -85,6 +95,12 @@ class Release:
         """Seconds per stage (curator-only: they depend on the true row count)."""
         return self.result.timings
 
+    @property
+    def quality(self) -> QualityHeadline | None:
+        """The released table's 1-way shifts from the synthesizer's noisy 1-way answers
+        (post-processing of DP outputs), None when it measured none."""
+        return self.result.quality
+
     def table(self) -> pd.DataFrame:
         """The synthetic table as a pandas DataFrame."""
         import pandas as pd
@@ -92,10 +108,39 @@ class Release:
         path = self.table_path
         return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
 
+    def summary(self) -> str:
+        """What ``dpql compile`` prints, as text: where the outputs are, the privacy spent, each
+        requirement's verdict and the quality headline (public values of the record and the
+        table, plus the curator-only file's path)."""
+        rec = self.record
+        spent, budget = rec["privacy"]["spent"], rec["privacy"]["budget"]
+        lines = [
+            f"released {self.table_path} ({rec['output']['rows']:,} rows, method "
+            f"{rec['synthesizer'].get('method')})",
+            f"provenance {self.record_path}",
+        ]
+        if self.result.curator_path is not None:
+            lines.append(f"curator-only (never publish) {self.result.curator_path}")
+        lines.append(
+            f"privacy spent: epsilon {spent['epsilon']:.6g} of {budget['epsilon']:.6g}, "
+            f"delta {spent['delta']:.3g}, over {len(rec['privacy']['events'])} mechanism events"
+        )
+        for r in rec.get("requirements", []):
+            lines.append(f"requirement {r.get('requirement')}: {r.get('verdict')}")
+        if self.quality is not None:
+            lines.append(self.quality.text())
+        return "\n".join(lines)
+
+    def _repr_markdown_(self) -> str:  # notebooks show the summary
+        return "```\n" + self.summary() + "\n```"
+
 
 def compile(
-    spec_path: str | os.PathLike[str],
+    spec: LoadedSpec | str | os.PathLike[str],
     *,
+    data: pd.DataFrame | str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    progress: bool | Callable[[str, int, int], None] = False,
     seed: int | None = None,
     ledger_path: str | os.PathLike[str] | None = None,
     signing_key: str | os.PathLike[str] | None = None,
@@ -106,19 +151,56 @@ def compile(
     writes the table, the provenance record and the curator file, and records the release in
     the lifetime ledger. ``seed`` fixes optimisation and row sampling only, never DP noise.
     ``force`` replaces an earlier release at the same outputs (else E614); ``policy`` enforces
-    a privacy policy, lifetime caps included, before any data is read."""
+    a privacy policy, lifetime caps included, before any data is read.
+
+    ``spec`` is a spec file (or a spec from :func:`load_spec`). ``data`` replaces the spec's
+    ``data.path``: another file, or a pandas DataFrame that *is* the private table (measured
+    through the same oracle and ledger, held in memory, never written; the curator file
+    fingerprints its content). ``overrides`` replaces values of the spec by dotted key
+    (``{"privacy.epsilon": 2.0, "synthesizer.rows": 1000}``) before it is checked.
+    ``progress``: True for progress on stderr (bars on a terminal or in a notebook, plain lines
+    otherwise), or a callable ``progress(phase, step, total)``."""
     from dpql.pipeline import compile_release
 
-    return Release(
-        compile_release(
-            spec_path,
+    if overrides:
+        if not isinstance(spec, str | os.PathLike):
+            raise TypeError("overrides need the spec's file: pass its path")
+        from dpql.spec.load import load_spec_with_overrides
+
+        spec = load_spec_with_overrides(spec, overrides)
+    update, stop = _progress(progress)
+    try:
+        result = compile_release(
+            spec,
+            data=data,
             seed=seed,
+            progress=update,
             ledger_path=Path(ledger_path) if ledger_path is not None else None,
             signing_key=Path(signing_key) if signing_key is not None else None,
             force=force,
             policy_path=Path(policy) if policy is not None else None,
         )
-    )
+    finally:
+        stop()
+    return Release(result)
+
+
+def _progress(
+    progress: bool | Callable[[str, int, int], None],
+) -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
+    if callable(progress):
+        return progress, lambda: None
+    if not progress:
+        return None, lambda: None
+    import sys
+
+    from dpql.progress import plain_progress, progress_bars
+    from dpql.terminal import SafeConsole
+
+    console = SafeConsole(stderr=True)
+    if sys.stderr.isatty() or console.is_jupyter:
+        return progress_bars(console)
+    return plain_progress("compile")
 
 
 def verify(
@@ -148,19 +230,18 @@ def evaluate_report(
     holdout: str | os.PathLike[str] | None = None,
     output: str | os.PathLike[str] | None = None,
     label: str | None = None,
-) -> int:
-    """The curator-only utility report (``dpql evaluate``); returns the command's exit code.
-    It is computed on private data: never publish it."""
-    import argparse
+    progress: bool | Callable[[str, int, int], None] = False,
+) -> EvaluationReport:
+    """The curator-only utility report (``dpql evaluate``), written to ``output`` (default:
+    beside the release's curator-only file) and returned: ``report.headline`` (the largest
+    1-way shift from the real table, with its sampling scale), ``workload``,
+    ``requirements``, ``tstr``, ``correlation_l1``, ``path`` (its ``index.html``) and
+    ``to_json()``. It is computed on private data: never publish it."""
+    from dataclasses import replace
 
-    from dpql.evaluate.cli import run_evaluate
+    from dpql.evaluate.cli import make_report
 
-    args = argparse.Namespace(
-        spec=str(spec_path),
-        synthetic=str(synthetic),
-        holdout=str(holdout) if holdout else None,
-        output=str(output) if output else None,
-        label=label,
-        format="text",
+    report, page = make_report(
+        spec_path, synthetic, holdout=holdout, output=output, label=label, progress=progress
     )
-    return run_evaluate(args)
+    return replace(report, path=page)

@@ -291,14 +291,42 @@ def planned_events(plan: Any) -> list[PlannedEvent]:
     return out
 
 
-def event_differences(event: PrivacyEvent, expected: PlannedEvent, plan: Any) -> list[str]:
-    """How ``event`` differs from what the plan schedules (empty: it is the planned one)."""
+def released_values_bound(plan: Any) -> int:
+    """The most values one Gaussian event of ``plan`` can release: every cell of the planned
+    queries and of their sub-marginals (a marginal over columns of cardinalities ``c_i`` has
+    sub-marginals of at most ``prod(c_i + 1)`` cells in all), every 1- and 2-way marginal (the
+    candidates AIM and the GAN measure), and the post-processing measures and acceptance tests.
+    Public: the domain and the plan."""
+    from dpql.plan.ir import Marginal
+    from dpql.plan.resolve import query_cells
+
+    cards = {c.name: c.card for c in plan.spec.domain}
+    total = 0
+    for q in plan.queries:
+        if isinstance(q, Marginal):
+            total += math.prod(cards[c] + 1 for c in q.columns)
+        else:
+            total += query_cells(q, cards)
+    every = sum(card + 1 for card in cards.values())
+    measures = len(plan.measures.queries) if plan.measures is not None else 0
+    return total + every * every + measures + len(plan.requirements)
+
+
+def event_differences(
+    event: PrivacyEvent, expected: PlannedEvent, plan: Any, bound: int | None = None
+) -> list[str]:
+    """How ``event`` differs from what the plan schedules (empty: it is the planned one).
+    ``bound``: :func:`released_values_bound` of ``plan`` (computed when not given)."""
     line = expected.line
     if event.mechanism != line.mechanism:
         return [f"mechanism {event.mechanism}, the plan's {line.mechanism}"]
     out = []
     if event.phase != expected.phase:
         out.append(f"phase {event.phase!r}, the plan's {expected.phase!r}")
+    if event.mechanism == "gaussian":
+        most = released_values_bound(plan) if bound is None else bound
+        if event.count > most:
+            out.append(f"count {event.count:,}, more values than the plan can release ({most:,})")
     if event.mechanism in ZCDP_MECHANISMS:
         out += _zcdp_differences(event, expected)
     elif event.mechanism == "dpsgd":
@@ -372,13 +400,14 @@ def event_problems(events: Sequence[PrivacyEvent], plan: Any) -> list[VerifyProb
                 f"schedules {len(expected)}",
             )
         ]
+    bound = released_values_bound(plan)
     differing: list[str] = []
     missing: list[PlannedEvent] = []
     extra: list[str] = []
     i = j = 0
     while i < len(events) and j < len(expected):
         event = events[i]
-        diffs = event_differences(event, expected[j], plan)
+        diffs = event_differences(event, expected[j], plan, bound)
         if not diffs:
             i, j = i + 1, j + 1
             continue
@@ -386,7 +415,7 @@ def event_problems(events: Sequence[PrivacyEvent], plan: Any) -> list[VerifyProb
             (
                 k
                 for k in range(j + 1, len(expected))
-                if not event_differences(event, expected[k], plan)
+                if not event_differences(event, expected[k], plan, bound)
             ),
             None,
         )

@@ -24,7 +24,8 @@ of the same data source. Two sound statements of their spend with this release a
 :class:`LifetimeBudget` reports and enforces the statement with the smaller epsilon among those
 within both caps: ``lifetime.epsilon`` (P007) and, when set, ``lifetime.delta`` (P008). A
 record's ``rho`` is informational and null unless the release was pure zCDP; it is never used to
-compose (dpql before issue 14 recorded only the Gaussian and Gumbel part of a release there).
+compose (a record from an older dpql may hold only the zCDP part of a release there, so
+composing it could undercount).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from dpql.diagnostics import DiagnosticError, InternalError
 from dpql.domain import NumericColumn
@@ -61,7 +63,13 @@ from dpql.lifetime import (
     locked_ledger as locked_ledger,
 )
 from dpql.lifetime import (
+    of_source as of_source,
+)
+from dpql.lifetime import (
     read_ledger as read_ledger,
+)
+from dpql.lifetime import (
+    real_path as real_path,
 )
 from dpql.lifetime import (
     recover_ledger as recover_ledger,
@@ -84,13 +92,17 @@ _SLACK = 1e-12  # float round-off in sums of epsilons must not fail a release at
 
 @dataclass(frozen=True)
 class Violation:
-    """One failed policy rule: a stable code and a one-line message."""
+    """One failed policy rule: a stable code, a one-line message and how to fix it."""
 
     code: str
     message: str
+    hint: str | None = None
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"code": self.code, "message": self.message, "hint": self.hint}
 
 
 
@@ -165,7 +177,8 @@ def planned_spend(
 
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """(epsilon, delta)-DP of rho-zCDP: rho + 2 sqrt(rho log(1/delta)) (Bun & Steinke 2016,
-    Prop. 1.3; rap_pp.md §4.2). Looser than the tight conversion; not used for the lifetime."""
+    Prop. 1.3; as in Vietri et al. 2022, App. C). Looser than the tight conversion; not used
+    for the lifetime."""
     return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
 
 
@@ -225,6 +238,7 @@ class LifetimeBudget:
     composed_releases: int = 0  # how many releases (this one included) composed by curve
     delta_limit: float | None = None
     largest_epsilon: float = 0.0  # the largest single release's epsilon (this one included)
+    allow_rdp: bool = False  # the policy's `lifetime.composition: rdp`
 
     @property
     def basic_epsilon(self) -> float:
@@ -243,7 +257,7 @@ class LifetimeBudget:
     @property
     def uses_rdp(self) -> bool:
         """Whether the reported statement is the RDP composition (else basic composition)."""
-        if self.composed_epsilon is None or self.composed_delta is None:
+        if not self.allow_rdp or self.composed_epsilon is None or self.composed_delta is None:
             return False
         rdp = (max(self.composed_epsilon, self.largest_epsilon), self.composed_delta)
         basic = (self.basic_epsilon, self.basic_delta)
@@ -306,7 +320,10 @@ def lifetime_budget(
     records: list[ReleaseRecord],
     this: ReleaseBudget,
     delta_limit: float | None = None,
+    composition: str = "basic",
 ) -> LifetimeBudget:
+    """The lifetime spend of ``records`` plus ``this`` against ``limit``: basic composition, or
+    with ``composition="rdp"`` the smaller of basic and RDP composition (both sound)."""
     composed = compose_releases(
         [(r.epsilon, r.delta, r.rdp) for r in records] + [(this.epsilon, this.delta, this.rdp)]
     )
@@ -321,26 +338,37 @@ def lifetime_budget(
         composed_releases=composed[2] if composed else 0,
         delta_limit=delta_limit,
         largest_epsilon=max([r.epsilon for r in records] + [this.epsilon]),
+        allow_rdp=composition == "rdp",
     )
 
 
 def lifetime_report(
-    policy: LoadedPolicy, spend: ReleaseBudget, ledger_path: str | os.PathLike[str] | None = None
+    policy: LoadedPolicy,
+    spend: ReleaseBudget,
+    ledger_path: str | os.PathLike[str] | None = None,
+    data: Path | None = None,
 ) -> LifetimeBudget | None:
-    """The lifetime budget with this release added (None when the policy sets no lifetime).
-    ``ledger_path`` defaults to the policy's ``lifetime.ledger``; E020 if it is malformed, E615
-    if it is missing (a policy's ledger must exist: create it empty before the first release)
-    or not a usable file."""
+    """The lifetime budget with this release added (None when the policy sets no lifetime),
+    over the ledger's lines that count against the data file ``data`` (all lines when None;
+    :func:`dpql.lifetime.of_source`). ``ledger_path`` defaults to the policy's
+    ``lifetime.ledger``; a missing ledger holds no release (``dpql compile`` creates it; a typo
+    that hides the real ledger is caught by :func:`dpql.project.choose_ledger`, E616); E020 if
+    it is malformed, E615 if it is not a usable file."""
     lifetime = policy.model.lifetime
     path = ledger_path if ledger_path is not None else policy.ledger_path
     if lifetime is None or path is None:
         return None
     problem = ledger_location_error(
-        path, must_exist=True, named_by=f"lifetime.ledger of {policy.path}"
+        path, must_exist=False, named_by=f"lifetime.ledger of {policy.path}"
     )
     if problem is not None:
         raise DiagnosticError([problem])
-    return lifetime_budget(lifetime.epsilon, read_ledger(path), spend, lifetime.delta)
+    records = read_ledger(path)
+    if data is not None:
+        records = [r for r in records if of_source(r, Path(path), data)]
+    return lifetime_budget(
+        lifetime.epsilon, records, spend, lifetime.delta, lifetime.composition
+    )
 
 
 def check_policy(
@@ -351,12 +379,17 @@ def check_policy(
     *,
     requested_delta: float | None = None,
     requested_rho: float | None = None,
+    data: Path | None = None,
+    estimated_seconds: float | None = None,
 ) -> list[Violation]:
     """Every rule of ``policy`` that ``spec`` breaks (empty list: the spec passes).
 
-    ``ledger_path`` defaults to the policy's ``lifetime.ledger`` (relative to the policy file).
-    See :func:`planned_spend` for ``requested_*``. Raises DiagnosticError (E020) when the
-    ledger is malformed: a budget we cannot read is not a budget we can check.
+    ``ledger_path`` defaults to the policy's ``lifetime.ledger`` (relative to the policy file);
+    its lines of the data source ``data`` (default: the spec's data file) count. See
+    :func:`planned_spend` for ``requested_*``. ``estimated_seconds`` is the plan's
+    compile-time estimate (``plan.resources.seconds``), checked against ``max_minutes``.
+    Raises DiagnosticError (E020) when the ledger is malformed: a budget we cannot read is not
+    a budget we can check.
     """
     rules = policy.model
     spend = planned_spend(spec, requested_epsilon, requested_delta, requested_rho)
@@ -364,30 +397,66 @@ def check_policy(
     if spend.epsilon > rules.max_epsilon + _SLACK:
         out.append(
             Violation(
-                "P001", f"epsilon {spend.epsilon:g} exceeds max_epsilon {rules.max_epsilon:g}"
+                "P001",
+                f"epsilon {spend.epsilon:g} exceeds max_epsilon {rules.max_epsilon:g}",
+                f"lower privacy.epsilon to at most {rules.max_epsilon:g} (dpql plan shows what "
+                "each requirement needs), or ask the policy's owner for a higher cap",
             )
         )
     if spend.delta > rules.max_delta:
         out.append(
-            Violation("P002", f"delta {spend.delta:g} exceeds max_delta {rules.max_delta:g}")
+            Violation(
+                "P002",
+                f"delta {spend.delta:g} exceeds max_delta {rules.max_delta:g}",
+                f"lower privacy.delta to at most {rules.max_delta:g}",
+            )
         )
     forbidden = {c.casefold() for c in rules.forbidden_columns}
     for name in spec.domain.names:
         if name.casefold() in forbidden:
-            out.append(Violation("P003", f"column '{name}' is forbidden by the policy"))
+            out.append(
+                Violation(
+                    "P003",
+                    f"column '{name}' is forbidden by the policy",
+                    f"remove '{name}' from the schema (its values are then never read)",
+                )
+            )
     methods = [("synthesizer", spec.model.synthesizer.method)]
     if spec.model.postprocess is not None:
         methods.append(("postprocess", spec.model.postprocess.method))
     for role, method in methods:
         if method not in rules.allowed_methods:
-            out.append(Violation("P004", f"{role} method '{method}' is not allowed by the policy"))
+            allowed = ", ".join(rules.allowed_methods) or "none"
+            out.append(
+                Violation(
+                    "P004",
+                    f"{role} method '{method}' is not allowed by the policy",
+                    f"use one of the policy's allowed_methods ({allowed}) as {role}.method"
+                    + (" (no method: means auto)" if method == "auto" else ""),
+                )
+            )
     if rules.require.public_bounds:
         out += _public_bounds(spec)
     if rules.require.delta_below_inverse_rows and spend.delta >= 1.0 / spec.rows:
         out.append(
-            Violation("P006", f"delta {spend.delta:g} is not below 1/rows = {1.0 / spec.rows:.3g}")
+            Violation(
+                "P006",
+                f"delta {spend.delta:g} is not below 1/rows = {1.0 / spec.rows:.3g}",
+                f"lower privacy.delta below {1.0 / spec.rows:.3g}, e.g. "
+                f"{_smaller_delta(spec.rows):g}",
+            )
         )
-    budget = lifetime_report(policy, spend, ledger_path)
+    if rules.max_minutes is not None and estimated_seconds is not None:
+        if estimated_seconds > rules.max_minutes * 60:
+            out.append(
+                Violation(
+                    "P009",
+                    f"dpql compile is estimated to take about {estimated_seconds / 60:,.0f} "
+                    f"minutes, over max_minutes {rules.max_minutes:g}",
+                )
+            )
+    source = real_path(data if data is not None else spec.data_path)
+    budget = lifetime_report(policy, spend, ledger_path, source)
     if budget is not None:
         out += lifetime_violations(budget)
     return out
@@ -397,9 +466,22 @@ def lifetime_violations(budget: LifetimeBudget) -> list[Violation]:
     """P007/P008 for a lifetime budget over its caps (empty list: within them)."""
     out = []
     if budget.exceeded:
-        out.append(Violation("P007", f"exceeded: {budget.describe()}"))
+        out.append(
+            Violation(
+                "P007",
+                f"exceeded: {budget.describe()}",
+                "lower privacy.epsilon, or release this data source no more: the lifetime cap "
+                "counts every earlier release in the ledger",
+            )
+        )
     if budget.delta_exceeded:
-        out.append(Violation("P008", f"delta exceeded: {budget.describe()}"))
+        out.append(
+            Violation(
+                "P008",
+                f"delta exceeded: {budget.describe()}",
+                "lower privacy.delta: the lifetime cap adds the deltas of every release",
+            )
+        )
     return out
 
 
@@ -415,5 +497,16 @@ def _public_bounds(spec: LoadedSpec) -> list[Violation]:
             ok = col.card > 0
             what = "a public list of values"
         if not ok:
-            out.append(Violation("P005", f"column '{col.name}' lacks {what}"))
+            out.append(
+                Violation(
+                    "P005",
+                    f"column '{col.name}' lacks {what}",
+                    "take the bounds or values from public documentation, never from the data",
+                )
+            )
     return out
+
+
+def _smaller_delta(rows: int) -> float:
+    """A power of ten well below ``1 / rows`` (a hint's example value)."""
+    return 10.0 ** math.floor(math.log10(1.0 / rows) - 1)

@@ -1,4 +1,4 @@
-"""Command line: ``dpql plan | check | compile | verify | keygen | evaluate``.
+"""Command line: ``dpql init | plan | check | ledger | compile | verify | keygen | evaluate``.
 
 Exit codes: 0 success; 1 a problem in the user's input (spec, policy, data) or a failed check,
 reported as ``file:line:col: error[CODE]: message`` with a hint, never a traceback; 2 an internal
@@ -17,25 +17,29 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from dpql import __version__
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos, render_all, to_json
+from dpql.terminal import SafeConsole, safe_streams
 
 EXIT_OK, EXIT_INPUT, EXIT_INTERNAL = 0, 1, 2
 
-out = Console(width=None if sys.stdout.isatty() else 120)
-err = Console(stderr=True, soft_wrap=True)  # log lines are never wrapped mid-sentence
+# every byte printed goes through dpql.terminal: control characters of user text are escaped
+out = SafeConsole(width=None if sys.stdout.isatty() else 120)
+err = SafeConsole(stderr=True, soft_wrap=True)  # log lines are never wrapped mid-sentence
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:
+    """``digits`` significant digits, and a number that would need an exponent in full with
+    thousands separators (15,980, not 1.598e+04)."""
     if x is None:
         return "-"
     if isinstance(x, float) and not math.isfinite(x):
         return "inf"
-    return f"{x:.{digits}g}"
+    text = f"{x:.{digits}g}"
+    return f"{x:,.0f}" if "e+" in text else text
 
 
 def _report(diagnostics: Sequence[Diagnostic], fmt: str, show_values: bool = False) -> None:
@@ -193,6 +197,7 @@ def _split_text(plan: Any) -> str:
     )
     if split.weighted:
         how += "; split across requirements by their weights"
+
     def pilot(req: Any) -> str:
         sd = pilot_sd(req)
         # the release measures the real-table accuracy of the model compile fits on the
@@ -280,36 +285,85 @@ def _plan_accounting(spec: Any, plan: Any) -> tuple[list[str], str]:
 def cmd_check(args: argparse.Namespace) -> int:
     from dpql.check import check_policy, lifetime_report, planned_spend
     from dpql.plan.planner import build_plan
-    from dpql.spec.load import load_policy, load_spec
+    from dpql.project import choose_ledger
+    from dpql.spec.load import load_spec
 
     spec = load_spec(args.spec)
     plan = build_plan(spec)
-    if not args.policy:
-        out.print(f"{args.spec}: ok (spec and plan valid; no policy given)", markup=False)
+    as_json = args.format == "json"
+    policy_path = Path(args.policy) if args.policy else None
+    choice = choose_ledger(spec, policy=policy_path, for_write=False)
+    policy = choice.policy
+    shown = args.policy or (str(policy.path) if policy is not None else None)
+    doc: dict[str, Any] = {"spec": str(args.spec), "policy": shown, "violations": []}
+    if policy is None:
+        note = (
+            "spec and plan valid; no policy given or found; releases are recorded in "
+            f"{choice.ledger}"
+        )
+        if as_json:
+            return _emit({**doc, "ok": True, "notes": [note]})
+        out.print(f"{args.spec}: ok ({note})", markup=False, highlight=False, soft_wrap=True)
         return EXIT_OK
-    policy = load_policy(args.policy)
-    result = check_policy(spec, policy, policy.ledger_path, plan.budget.epsilon)
+    seconds = plan.resources.seconds if plan.resources is not None else None
+    result = check_policy(
+        spec, policy, choice.ledger, plan.budget.epsilon, data=choice.data,
+        estimated_seconds=seconds,
+    )  # fmt: skip
     violations = getattr(result, "violations", result)
-    for v in violations:
-        print(f"{args.spec}: {v.code}: {v.message}")
     summary = getattr(result, "summary", None)
+    if as_json and violations:
+        return _emit(
+            {**doc, "ok": False, "violations": [_violation_json(v) for v in violations],
+             "summary": summary},
+            EXIT_INPUT,
+        )  # fmt: skip
+    for v in violations:
+        hint = getattr(v, "hint", None)
+        print(f"{args.spec}: {v.code}: {v.message}" + (f" (hint: {hint})" if hint else ""))
     if summary:
         print(summary)
     if violations:
         return EXIT_INPUT
-    lifetime = lifetime_report(policy, planned_spend(spec, plan.budget.epsilon))
-    note = f"; {lifetime.describe()}" if lifetime is not None else ""
-    print(f"{args.spec}: ok (policy {args.policy}){note}")
-    if lifetime is not None and policy.ledger_path is not None:
-        from dpql.lifetime import read_ledger
+    spend = planned_spend(spec, plan.budget.epsilon)
+    lifetime = lifetime_report(policy, spend, choice.ledger, choice.data)
+    notes = [lifetime.describe()] if lifetime is not None else []
+    open_lines = [r for r in choice.records if r.status != "committed"]
+    if lifetime is not None and open_lines:
+        notes.append(
+            f"{len(open_lines)} line(s) of {choice.ledger} are pending or abandoned "
+            "(interrupted compiles; the next dpql compile on this ledger completes pending "
+            "ones); they count as spent"
+        )
+    if as_json:
+        return _emit({**doc, "ok": True, "summary": summary, "notes": notes})
+    print(f"{args.spec}: ok (policy {shown})" + (f"; {notes[0]}" if notes[:1] else ""))
+    for note in notes[1:]:
+        print(f"{args.spec}: note: {note}")
+    return EXIT_OK
 
-        open_lines = [r for r in read_ledger(policy.ledger_path) if r.status != "committed"]
-        if open_lines:
-            print(
-                f"{args.spec}: note: {len(open_lines)} line(s) of {policy.ledger_path} are "
-                "pending or abandoned (interrupted compiles; the next dpql compile on this "
-                "ledger completes pending ones); they count as spent"
-            )
+
+def _violation_json(v: Any) -> dict[str, Any]:
+    return {"code": v.code, "message": v.message, "hint": getattr(v, "hint", None)}
+
+
+def _emit(doc: dict[str, Any], code: int = EXIT_OK) -> int:
+    """Print ``doc`` as the command's one JSON document on stdout; return ``code``."""
+    print(json.dumps(doc, indent=2, allow_nan=False, default=str))
+    return code
+
+
+# ------------------------------------------------------------------------------------------
+# ledger
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from dpql.ledger_report import ledger_report, render_report
+
+    report = ledger_report(args.target, Path(args.policy) if args.policy else None)
+    if args.format == "json":
+        return _emit(report)
+    print(render_report(report))
     return EXIT_OK
 
 
@@ -317,17 +371,20 @@ def cmd_check(args: argparse.Namespace) -> int:
 # compile
 
 
-def _progress() -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
-    """Bars on a terminal; plain lines (phase, step/total, elapsed, ETA) otherwise."""
+def _progress(verbose: bool) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
+    """Bars on a terminal; plain lines (phase, step/total) otherwise; elapsed and remaining
+    times only when ``verbose`` (they scale with the real row count: curator-only)."""
     from dpql.progress import plain_progress, progress_bars
 
-    return progress_bars(err) if sys.stderr.isatty() else plain_progress("compile")
+    if sys.stderr.isatty():
+        return progress_bars(err, timings=verbose)
+    return plain_progress("compile", timings=verbose)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from dpql.pipeline import Interrupted, compile_release
 
-    update, stop = _progress() if not args.quiet else (None, lambda: None)
+    update, stop = _progress(args.verbose) if not args.quiet else (None, lambda: None)
     try:
         result = compile_release(
             args.spec,
@@ -342,7 +399,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     finally:
         stop()
     try:
-        return _print_compiled(result)
+        if args.format == "json":
+            return _emit(compiled_json(result))
+        return _print_compiled(result, args.verbose)
     except KeyboardInterrupt:
         raise Interrupted(
             f"interrupted; the release was written and recorded: {result.table_path}, "
@@ -350,7 +409,43 @@ def cmd_compile(args: argparse.Namespace) -> int:
         ) from None
 
 
-def _print_compiled(result: Any) -> int:
+_REQUIREMENT_KEYS = (
+    "requirement", "verdict", "metric", "real_noisy", "sigma", "synthetic_before",
+    "synthetic_after", "note",
+)  # fmt: skip
+
+
+def compiled_json(result: Any) -> dict[str, Any]:
+    """``dpql compile --format json``: the release's paths, spend, requirement verdicts,
+    post-processing warnings and quality headline (public values of the record and the
+    table; the stage timings are curator-only and stay out)."""
+    rec = result.record
+    post = rec.get("postprocess") or {}
+    quality = getattr(result, "quality", None)
+    return {
+        "ok": True,
+        "table": str(result.table_path),
+        "provenance": str(result.record_path),
+        "curator_only": None if result.curator_path is None else str(result.curator_path),
+        "rows": rec["output"]["rows"],
+        "method": rec["synthesizer"].get("method"),
+        "privacy": {
+            "spent": rec["privacy"]["spent"],
+            "budget": rec["privacy"]["budget"],
+            "events": len(rec["privacy"]["events"]),
+        },
+        "requirements": [
+            {k: r[k] for k in _REQUIREMENT_KEYS if k in r} for r in rec.get("requirements", [])
+        ],
+        "warnings": [d.to_json() for d in getattr(result.plan, "warnings", ())]
+        + list(post.get("diagnostics", [])),
+        "quality": None if quality is None else quality.to_json(),
+        "ledger": None if result.ledger_path is None else str(result.ledger_path),
+        "policy": None if result.policy_path is None else str(result.policy_path),
+    }
+
+
+def _print_compiled(result: Any, verbose: bool = False) -> int:
     rec = result.record
     spent = rec["privacy"]["spent"]
     budget = rec["privacy"]["budget"]
@@ -390,13 +485,40 @@ def _print_compiled(result: Any) -> int:
     for r in rec.get("requirements", []):
         what = f" {r['metric']}" if "metric" in r else ""
         out.print(
-            f"requirement {r.get('requirement')}: {r.get('verdict')} (real{what} "
+            f"requirement {r.get('requirement')}: {r.get('verdict')} (noisy{what} "
             f"{_fmt(r.get('real_noisy'))} +- {_fmt(r.get('sigma'), 2)}; synthetic "
             f"{_fmt(r.get('synthetic_before'))} -> {_fmt(r.get('synthetic_after'))})"
             + (f" [{r['note']}]" if r.get("note") else ""),
             markup=False,
         )
-    out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    if result.ledger_path is not None:
+        cap = (
+            f"policy {result.policy_path}"
+            if result.policy_path is not None
+            else "no policy found: no lifetime cap"
+        )
+        out.print(
+            f"ledger: recorded in {result.ledger_path} ({cap})",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    if verbose:  # stage times scale with the real row count: the curator's terminal only
+        out.print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    quality = getattr(result, "quality", None)
+    if quality is not None:
+        out.print(quality.text(), markup=False, highlight=False, soft_wrap=True)
+        out.print(
+            "[dim]TVD: half the L1 distance of two distributions (0 identical, 1 disjoint). "
+            "dpql evaluate compares the table with the real data (curator-only report).[/]",
+            soft_wrap=True,
+        )
+    else:
+        out.print(
+            "[dim]quality: the synthesizer measured no 1-way marginal to compare with; "
+            "dpql evaluate compares the table with the real data (curator-only report).[/]",
+            soft_wrap=True,
+        )
     return EXIT_OK
 
 
@@ -410,12 +532,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     path = Path(args.record)
     synthetic = Path(args.synthetic) if args.synthetic else None
     result = verify_release(path, synthetic, Path(args.key) if args.key else None)
-    for p in result.problems:
-        print(f"{path}: {p.code}: {p.message}")
+    doc: dict[str, Any] = {
+        "record": str(path),
+        "ok": not result.problems,
+        "problems": [{"code": p.code, "message": p.message} for p in result.problems],
+        "notes": list(result.notes),
+    }
     if result.problems:
+        if args.format == "json":
+            return _emit(doc, EXIT_INPUT)
+        for p in result.problems:
+            print(f"{path}: {p.code}: {p.message}")
         return EXIT_INPUT
-    for note in result.notes:
-        print(f"{path}: note: {note}")
     record = result.record
     spent = record["privacy"]["spent"]
     checks = [
@@ -427,7 +555,43 @@ def cmd_verify(args: argparse.Namespace) -> int:
         checks.append("output hash matches")
     if result.signed_by:
         checks.append(f"signature valid (key sha256 {result.signed_by[:16]}...)")
+    if args.format == "json":
+        return _emit(
+            doc
+            | {
+                "spent": spent,
+                "events": len(record["privacy"]["events"]),
+                "checks": checks,
+                "signed_by": result.signed_by,
+            }
+        )
+    for note in result.notes:
+        print(f"{path}: note: {note}")
     print(f"{path}: ok ({'; '.join(checks)})")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------
+# init
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from dpql.init import init_spec, todo_summary
+
+    path, draft = init_spec(args.data, args.output, args.codebook)
+    if args.format == "json":
+        return _emit(
+            {"ok": True, "spec": str(path), "format": draft.fmt, "columns": list(draft.columns),
+             "todos": draft.todos}
+        )  # fmt: skip
+    what = "Parquet schema" if draft.fmt == "parquet" else "CSV header (names only)"
+    print(f"wrote {path}: {todo_summary(draft.columns, draft.todos)}, from the {what}; "
+          "no cell of the data was read")  # fmt: skip
+    if draft.todos:
+        print(f"next: replace every TODO in {path} from public documentation (dpql plan "
+              f"{path} points at each one), then dpql plan / check / compile")  # fmt: skip
+    else:
+        print(f"next: dpql plan {path}, then dpql check and dpql compile")
     return EXIT_OK
 
 
@@ -444,6 +608,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     except (SigningError, OSError) as exc:
         message = str(exc) if isinstance(exc, SigningError) else f"cannot write the key: {exc}"
         raise DiagnosticError([Diagnostic("V045", message, SourcePos(str(out_path)))]) from None
+    if args.format == "json":
+        return _emit({"ok": True, "private_key": str(private), "public_key": str(public),
+                      "key_sha256": fingerprint})  # fmt: skip
     print(f"private key {private} (mode 0600; keep it secret, never publish it)")
     print(f"public key  {public} (publish it: dpql verify RECORD --key {public})")
     print(f"key sha256  {fingerprint}")
@@ -452,6 +619,20 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------
 # evaluate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """The curator's strict look at the data (exit 1 when anything needed a rule)."""
+    from dpql.data.validate import render, validate
+    from dpql.spec.load import load_spec
+
+    spec = load_spec(args.spec)
+    found = validate(spec)
+    if args.format == "json":
+        print(json.dumps(found.to_json(args.show_values), indent=2))
+    else:
+        print(render(found, spec.domain, args.show_values))
+    return EXIT_OK if found.clean else EXIT_INPUT
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -470,6 +651,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"dpql {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
+    s = sub.add_parser(
+        "init", help="draft a release spec from a data file's header; reads no cell value"
+    )
+    s.add_argument("data", help="the data file (CSV, gzip CSV or Parquet)")
+    s.add_argument("--output", help="the draft's path (default: <data stem>.release.yaml beside "
+                   "the data); an existing file is never overwritten")  # fmt: skip
+    s.add_argument("--codebook", help="a public codebook (YAML or CSV, docs/init.md) that fills "
+                   "types, bounds and categories")  # fmt: skip
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_init)
+
     s = sub.add_parser("plan", help="show the plan and predicted error; never reads data")
     s.add_argument("spec")
     s.add_argument("--output", help="write the plan as versioned JSON")
@@ -478,19 +670,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check", help="validate a spec (and a policy) without data; for CI")
     s.add_argument("spec")
-    s.add_argument("--policy")
+    s.add_argument(
+        "--policy",
+        help="the privacy policy (default: the dpql.yaml or policy file found from the spec's "
+        "folder upward)",
+    )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_check)
+
+    s = sub.add_parser(
+        "ledger",
+        help="lifetime spend per data source and per release, against the policy's cap",
+    )
+    s.add_argument(
+        "target",
+        nargs="?",
+        help="a release spec (its ledger and policy, as compile finds them) or a ledger "
+        "(.jsonl); default: the project's ledger found from the current folder upward",
+    )
+    s.add_argument("--policy", help="the privacy policy whose lifetime cap to report against")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_ledger)
 
     s = sub.add_parser("compile", help="run the release: synthetic table + provenance record")
     s.add_argument("spec")
     s.add_argument("--seed", type=int, help="fixes optimisation and row sampling (never DP noise)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print elapsed times and stage timings (they scale with the real row count: "
+        "curator-only)",
+    )
+    s.add_argument(
         "--ledger",
         help="lifetime release ledger (JSONL) to record this release in (default: "
-        "output.ledger, the policy's lifetime.ledger, else <spec stem>.ledger.jsonl beside the "
-        "spec)",
+        "output.ledger, the policy's lifetime.ledger, the project file's ledger, else "
+        "<data file>.ledger.jsonl beside the spec; docs/privacy.md)",
     )
     s.add_argument(
         "--force",
@@ -500,7 +716,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--policy",
-        help="enforce this privacy policy, lifetime caps included, before any data is read",
+        help="enforce this privacy policy, lifetime caps included, before any data is read "
+        "(default: the dpql.yaml or policy file found from the spec's folder upward)",
     )
     s.add_argument("--format", choices=("text", "json"), default="text")
     s.add_argument(
@@ -540,7 +757,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEYFILE",
         help="the private key's path (written with mode 0600); the public key goes to KEYFILE.pub",
     )
+    s.add_argument("--format", choices=("text", "json"), default="text")
     s.set_defaults(func=cmd_keygen)
+
+    s = sub.add_parser(
+        "validate",
+        help="curator-only strict look at the data: empty, undeclared and unreadable cells, "
+        "malformed rows, with row numbers (outside the DP guarantee; never publish)",
+    )
+    s.add_argument("spec")
+    s.add_argument("--show-values", action="store_true", help="also list the offending values")
+    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser(
         "evaluate", help="curator-only utility report (uses private data; never publish)"
@@ -565,6 +793,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with safe_streams():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

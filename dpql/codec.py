@@ -5,29 +5,39 @@ Pure functions, no file I/O; used by the data layer (private rows) and by the sy
 index in the declared ``values``; a numeric value is clipped to ``[lo, hi]``, scaled to [0, 1]
 (``scaled``) and given its public bin (``codes``, via ``NumericColumn.bin_of``).
 
-Cell semantics (every measurement engine implements exactly these, see ``dpql.data.sql``):
+Cell semantics (every measurement engine implements exactly these, see ``dpql.data.sql``; the
+test ``tests/test_data_contract.py`` runs one corpus of odd cells through every engine). They are
+total: no cell, and no record, makes encoding fail (design invariant 6: a release must not depend
+on one record), so the rules only say which value a cell becomes:
 
-* text is stripped of surrounding whitespace, column names too;
-* a cell is *missing* when it is null/NaN or blank text (``"?"`` is an ordinary category);
-* a numeric cell stored as text must read as a decimal number (``NUMBER_PATTERN``); anything else
-  (``"abc"``, ``"NaN"``, ``"inf"``) is a wrong type (E406), as is an infinite stored number;
-* a categorical cell not among the declared values is *undeclared*: mapped to the column's
-  ``other`` catch-all when the spec names one, else an error (E405) with the number of rows and
-  the first one;
-* a missing cell follows the column's :data:`MissingPolicy`: ``"error"`` (E407), ``"drop"`` the
-  row, :class:`Fill` with a public value, or ``"keep"``: the column is nullable
-  (:mod:`dpql.domain`) and the cell gets its null code (numeric: scaled value ``NULL_SCALED``),
-  decoded back to an empty cell;
-* numeric values outside the public bounds are clipped; how many were clipped goes to the
-  curator-only :class:`CuratorLog`, never into a release output.
+* text is stripped of surrounding whitespace (``WHITESPACE``), column names too; ``" 39 "`` is 39;
+* a cell is *empty* when it is null/NaN or blank text (``"?"`` is an ordinary category);
+* a numeric cell stored as text is read as a decimal number (``NUMBER_PATTERN``); anything else
+  (``"abc"``, ``"NaN"``, ``"inf"``, a decimal that overflows a double, such as one of 4,300
+  digits) is *unreadable*, as is a stored infinity (a stored NaN is empty). A finite number
+  is taken as written, also in an integer column (``39.5`` stays 39.5: ``integer`` only rounds
+  decoded values);
+* a categorical cell not among the declared values is *undeclared*: it becomes the column's
+  ``other`` catch-all when the spec names one, else it is unreadable;
+* an unreadable cell is treated as missing, like an empty one, under the column's
+  :data:`MissingPolicy`: ``"drop"`` the row, :class:`Fill` with a public value, or ``"keep"``:
+  the column is nullable (:mod:`dpql.domain`) and the cell gets its null code (numeric: scaled
+  value ``NULL_SCALED``), decoded back to an empty cell. Without a rule a nullable column keeps
+  and any other drops;
+* numeric values outside the public bounds are clipped;
+* a malformed record (CSV: :func:`dpql.data.load.read_csv_text`) reaches the codec as a row of
+  empty cells.
 
-Diagnostics about cells (E404-E407) are *private* (:class:`dpql.diagnostics.Diagnostic`): they
-name the file, the row and the column, never a cell's value nor a column outside the schema, and
-their data line is never quoted. The offending values go to the diagnostic's curator-only
-``values``, shown only on request (``dpql compile --show-values``). Hints point to the
-data-independent rules (``other``, ``drop``, ``fill``), never to declaring a value seen in the
-data: the schema is published, so a value taken from the data would leak it. No "did you mean"
-is computed from a data value or a data column name (the suggestion would reveal it).
+How many cells each rule touched goes to the curator-only :class:`CuratorLog`, never into a
+release output, a message or the exit status. ``dpql validate`` (:func:`inspect_frame`) is the
+curator's strict look at the same cells, with row numbers (and values on request).
+
+The only diagnostics of encoding are about the file and the spec, never a cell: E404 (a declared
+column absent from the header), E406 (a column stored as a type that cannot hold it, e.g. a
+Parquet boolean for a numeric column) and E408 (a rule naming an unknown column or value). Each
+is a fact of the file's schema or of the spec, the same for every table with that header, so it
+does not depend on any one record. No "did you mean" is computed from a data column name (the
+suggestion would reveal it).
 
 Dropped rows are simply absent. Every DP calibration uses the *public* row count ``n`` of the
 spec, and averages are sums divided by that public ``n`` (see ``dpql.data.measure``), so the true
@@ -58,7 +68,7 @@ from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, Nu
 # A decimal number as text; no backslashes so the same pattern works in every SQL dialect.
 NUMBER_PATTERN = r"[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?"
 WHITESPACE = " \t\r\n"  # stripped around text cells and column names (same set in SQL)
-MAX_EXAMPLES = 10  # undeclared values listed per column in an error
+MAX_EXAMPLES = 10  # row numbers and values listed per column by dpql validate
 
 # Stable codes of the data layer (E4xx), ``{code: title}``: a view of the registry
 # (:mod:`dpql.diagnostics_registry`, where each is documented).
@@ -72,7 +82,7 @@ class Fill:
     value: str | float
 
 
-MissingPolicy = Literal["error", "drop", "keep"] | Fill
+MissingPolicy = Literal["drop", "keep"] | Fill
 
 
 @dataclass(frozen=True)
@@ -83,12 +93,13 @@ class CuratorLog:
     source: str
     rows_read: int
     rows_kept: int
-    missing: Mapping[str, int] = field(default_factory=dict)
-    undeclared: Mapping[str, int] = field(default_factory=dict)
+    missing: Mapping[str, int] = field(default_factory=dict)  # empty cells
+    undeclared: Mapping[str, int] = field(default_factory=dict)  # unreadable or undeclared
     clipped_low: Mapping[str, int] = field(default_factory=dict)
     clipped_high: Mapping[str, int] = field(default_factory=dict)
     ignored_columns: tuple[str, ...] = ()
     sha256: str | None = None
+    malformed_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,21 +110,27 @@ class EncodingResult:
 
 @dataclass(frozen=True)
 class ColumnIssues:
-    """Bad cells of one column, as found by an engine: ``invalid`` counts wrong-type (numeric)
-    or undeclared (categorical) cells; ``examples`` are ``(value, rows, first_row)`` with the
-    most frequent first (ties by first row), ``first_row`` 1-based over data rows."""
+    """The cells of one column that a rule had to handle, for ``dpql validate`` (CURATOR-ONLY:
+    row numbers and values of private rows). ``unreadable`` counts numeric cells that are not a
+    finite number and categorical cells not among the declared values (sent to ``other`` when
+    the column has one); ``below``/``above`` count finite numbers clipped to the bounds.
+    ``rows`` maps each of ``"empty"``, ``"unreadable"``, ``"below"``, ``"above"`` to its first
+    :data:`MAX_EXAMPLES` row numbers (1-based over data rows); ``examples`` are the unreadable
+    values ``(value, rows, first_row)``, the most frequent first (ties by first row), of
+    ``distinct`` distinct ones."""
 
     column: str
-    missing: int = 0
-    missing_first_row: int = 0
-    invalid: int = 0
-    invalid_distinct: int = 0
+    empty: int = 0
+    unreadable: int = 0
+    below: int = 0
+    above: int = 0
+    rows: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     examples: tuple[tuple[str, int, int], ...] = ()
-    stored_as: str | None = None  # a storage type that cannot hold the column at all
+    distinct: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
-# Checks and diagnostics shared by every engine
+# Checks and diagnostics shared by every engine (about the spec and the file's schema only)
 
 
 def check_policies(
@@ -136,6 +153,12 @@ def check_policies(
                 f"fill value {policy.value!r} of column '{name}' is not in its public domain",
                 hint="use a declared category or a number in [min, max]",
             )
+        if policy == "keep" and col is not None and not col.nullable:
+            sink.error(
+                "E408",
+                f"missing: keep for column '{name}', whose domain has no null value",
+                hint="build the domain from the spec (missing: keep makes a column nullable)",
+            )
     for name, value in other.items():
         col = domain[name] if name in domain else None
         if col is not None and not (isinstance(col, CategoricalColumn) and value in col.labels):
@@ -153,101 +176,25 @@ def _is_member(col: NumericColumn | CategoricalColumn, value: str | float) -> bo
     return not isinstance(value, str) and col.lo <= float(value) <= col.hi
 
 
-def column_diagnostics(
-    issues: ColumnIssues,
-    domain: Domain,
-    missing_policy: MissingPolicy,
-    has_other: bool,
-    source: str,
-    line_offset: int | None,
-) -> list[Diagnostic]:
-    """The errors one column's issues amount to under its policies (engine-independent text).
-
-    Private diagnostics (see the module docstring): the message names the column and a row, the
-    values go to the curator-only ``values``; no hint is derived from a value."""
-
-    def pos(row: int) -> SourcePos:
-        return SourcePos(source, row + line_offset if line_offset is not None else 0)
-
-    col = domain[issues.column]
-    out: list[Diagnostic] = []
-    if issues.stored_as is not None:
-        want = "numbers" if isinstance(col, NumericColumn) else "text or integers"
-        out.append(
-            Diagnostic(
-                "E406",
-                f"column '{col.name}' is stored as {issues.stored_as}; "
-                f"the schema declares it {col.kind}, which needs {want}",
-                SourcePos(source),
-                "store the column as text or numbers",
-                private=True,
-            )
-        )
-        return out
-    if issues.invalid and isinstance(col, NumericColumn):
-        row = issues.examples[0][2]
-        out.append(
-            Diagnostic(
-                "E406",
-                f"column '{col.name}' is numeric but {_rows(issues.invalid)} "
-                f"{'has a cell that is' if issues.invalid == 1 else 'have cells that are'} "
-                f"not a finite number, {_which(issues.invalid)} row {row}",
-                pos(row),
-                "fix the data: write numbers in decimal notation, and a missing value as an "
-                f"empty cell (then schema.{col.name}.missing: drop or fill applies)",
-                private=True,
-                values=_listed(issues),
-            )
-        )
-    elif issues.invalid and not has_other:
-        out.append(
-            Diagnostic(
-                "E405",
-                f"column '{col.name}' has {_rows(issues.invalid)} with a value not among "
-                f"schema.{col.name}.values, {_which(issues.invalid)} row {issues.examples[0][2]}",
-                pos(issues.examples[0][2]),
-                f"map unlisted values to a catch-all category: set schema.{col.name}.other to "
-                "one of its values (e.g. an 'Other' category chosen without looking at the "
-                "data), or fix the data; the schema is published, so never add a value because "
-                "it occurs in the data",
-                private=True,
-                values=_listed(issues),
-            )
-        )
-    if issues.missing and missing_policy == "error":
-        rules = (
-            "keep (missingness becomes a public null value, synthesized and written back as "
-            "an empty cell), drop (the row is left out; data.rows stays the public count), "
-            f"fill (the public value schema.{col.name}.fill)"
-        )
-        if isinstance(col, CategoricalColumn):
-            rules += " or other (the catch-all category)"
-        out.append(
-            Diagnostic(
-                "E407",
-                f"column '{col.name}' has {issues.missing} missing value(s), the first at row "
-                f"{issues.missing_first_row}",
-                pos(issues.missing_first_row),
-                f"set schema.{col.name}.missing to {rules}, or fix the data",
-                private=True,
-            )
-        )
-    return out
+def default_policy(col: NumericColumn | CategoricalColumn) -> MissingPolicy:
+    """The rule of a column the caller gave none: keep when nullable, else drop."""
+    return "keep" if col.nullable else "drop"
 
 
-def _listed(issues: ColumnIssues) -> str:
-    """The offending values with their row counts (curator-only ``Diagnostic.values``)."""
-    listed = ", ".join(f"{v!r} ({_rows(c)}, first at row {r})" for v, c, r in issues.examples)
-    more = issues.invalid_distinct - len(issues.examples)
-    return "values: " + listed + (f" and {more} more value(s)" if more > 0 else "")
-
-
-def _which(count: int) -> str:
-    return "at" if count == 1 else "e.g."
-
-
-def _rows(count: int) -> str:
-    return f"{count} row" if count == 1 else f"{count} rows"
+def storage_diagnostic(
+    col: NumericColumn | CategoricalColumn, stored_as: str, source: str
+) -> Diagnostic:
+    """E406: the file stores a column as a type that cannot hold it (a fact of the file's
+    schema, the same for every table with that schema: it does not depend on a record)."""
+    want = "numbers" if isinstance(col, NumericColumn) else "text or integers"
+    return Diagnostic(
+        "E406",
+        f"column '{col.name}' is stored as {stored_as}; "
+        f"the schema declares it {col.kind}, which needs {want}",
+        SourcePos(source),
+        "store the column as text or numbers",
+        private=True,
+    )
 
 
 def column_set_diagnostics(
@@ -255,8 +202,9 @@ def column_set_diagnostics(
 ) -> tuple[list[Diagnostic], tuple[str, ...]]:
     """E404 for declared columns the data lacks; returns the undeclared (ignored) ones too.
 
-    The data's other column names stay out of the message and hint (they are outside the
-    schema); the closest one goes to the curator-only ``values``."""
+    Record-independent: the header is the same for every table of the file's schema. The
+    data's other column names stay out of the message and hint (they are outside the schema);
+    the closest one goes to the curator-only ``values``."""
     extra = tuple(c for c in present if c not in domain)
     out = []
     for name in domain.names:
@@ -298,30 +246,20 @@ def _storage(s: pd.Series) -> Literal["text", "exact", "float", "other"]:
     return "other"
 
 
-def _first_rows(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask)[0]) + 1
-
-
-def _examples(values: pd.Series, bad: np.ndarray) -> tuple[tuple[tuple[str, int, int], ...], int]:
-    rows = pd.DataFrame({"v": values[bad].astype(str).to_numpy(), "r": np.flatnonzero(bad) + 1})
-    stats = rows.groupby("v", sort=False)["r"].agg(["size", "min"])
-    stats = stats.sort_values(["size", "min"], ascending=[False, True])
-    top = tuple(
-        (str(v), int(c), int(r))
-        for v, c, r in zip(stats.index[:MAX_EXAMPLES], stats["size"], stats["min"], strict=False)
-    )
-    return top, len(stats)
+def _usable(col: NumericColumn | CategoricalColumn, s: pd.Series) -> bool:
+    kind = _storage(s)
+    return kind != "other" and not (kind == "float" and isinstance(col, CategoricalColumn))
 
 
 @dataclass(frozen=True)
 class _Parsed:
     """One column read from a frame: values (float64 for numeric, int64 codes for categorical;
-    meaningless where ``missing`` or ``invalid``) and its issues."""
+    meaningless where ``empty`` or ``unreadable``), the cleaned text, and the two masks."""
 
     values: np.ndarray
-    missing: np.ndarray
-    invalid: np.ndarray
-    issues: ColumnIssues
+    text: pd.Series
+    empty: np.ndarray
+    unreadable: np.ndarray
 
 
 def _blank(text: pd.Series) -> np.ndarray:
@@ -329,55 +267,57 @@ def _blank(text: pd.Series) -> np.ndarray:
 
 
 def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
-    kind = _storage(s)
-    if kind == "other":
-        return _unusable(col.name, s)
-    if kind == "text":
+    if _storage(s) == "text":
         text = s.astype("string").str.strip(WHITESPACE)
-        missing = _blank(text)
+        empty = _blank(text)
         ok = text.str.fullmatch(NUMBER_PATTERN).fillna(False).to_numpy(dtype=bool)
-        invalid = ~missing & ~ok
         numbers = pd.to_numeric(text.where(ok), errors="coerce")
         values = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
-        # a decimal that overflows a double (1e400) is not a finite number: E406, like "inf"
-        overflow = ok & np.isinf(values)
-        invalid |= overflow
-        values[overflow] = np.nan
     else:
         text = s
         values = s.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-        missing = np.isnan(values)
-        invalid = np.isinf(values)
-    return _Parsed(values, missing, invalid, _issues(col.name, text, missing, invalid))
+        empty = np.isnan(values)  # a stored null or NaN is an empty cell
+    # not a finite number: unparsable text, an infinity, or a decimal that overflows a double
+    # (1e400, or 4,300 digits)
+    unreadable = ~empty & ~np.isfinite(values)
+    return _Parsed(values, text, empty, unreadable)
 
 
 def _parse_categorical(col: CategoricalColumn, s: pd.Series) -> _Parsed:
-    if _storage(s) in ("float", "other"):
-        return _unusable(col.name, s)
     text = s.astype("string").str.strip(WHITESPACE)
-    missing = _blank(text)
+    empty = _blank(text)
     codes = pd.Index(col.labels, dtype="string").get_indexer(text).astype(np.int64)
-    invalid = ~missing & (codes < 0)
+    unreadable = ~empty & (codes < 0)
     if col.parent is not None:  # a grouped column: a fine value is coded by its group
         codes = np.where(codes >= 0, np.asarray(col.parent, dtype=np.int64)[codes], codes)
-    return _Parsed(codes, missing, invalid, _issues(col.name, text, missing, invalid))
+    return _Parsed(codes, text, empty, unreadable)
 
 
-def _unusable(name: str, s: pd.Series) -> _Parsed:
-    none = np.zeros(len(s), dtype=bool)
-    return _Parsed(np.zeros(len(s)), none, none, ColumnIssues(name, stored_as=str(s.dtype)))
+def _parse(col: NumericColumn | CategoricalColumn, s: pd.Series) -> _Parsed:
+    return _parse_numeric(col, s) if isinstance(col, NumericColumn) else _parse_categorical(col, s)
 
 
-def _issues(name: str, s: pd.Series, missing: np.ndarray, invalid: np.ndarray) -> ColumnIssues:
-    examples, distinct = _examples(s, invalid) if invalid.any() else ((), 0)
-    return ColumnIssues(
-        name,
-        missing=int(missing.sum()),
-        missing_first_row=_first_rows(missing) if missing.any() else 0,
-        invalid=int(invalid.sum()),
-        invalid_distinct=distinct,
-        examples=examples,
+def _prepare(
+    df: pd.DataFrame,
+    domain: Domain,
+    missing: Mapping[str, MissingPolicy],
+    other: Mapping[str, str],
+    source: str,
+) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """Check the rules and the frame's schema (E404, E406, E408); the frame with trimmed
+    column names and the undeclared columns."""
+    check_policies(domain, missing, other)
+    df = df.rename(columns=lambda c: str(c).strip(WHITESPACE))
+    diagnostics, extra = column_set_diagnostics(list(df.columns), domain, source)
+    raise_if_any(diagnostics)
+    raise_if_any(
+        [
+            storage_diagnostic(col, str(df[col.name].dtype), source)
+            for col in domain
+            if not _usable(col, df[col.name])
+        ]
     )
+    return df, extra
 
 
 def encode_frame(
@@ -387,56 +327,49 @@ def encode_frame(
     other: Mapping[str, str] | None = None,
     *,
     source: str = "<data>",
-    line_offset: int | None = None,
+    malformed_rows: int = 0,
 ) -> EncodingResult:
     """Encode a raw frame into the public encoding of ``domain`` (see the module docstring).
 
-    ``missing`` maps a column to its policy (default ``"error"``); ``other`` maps a categorical
-    column to its catch-all category. ``source`` names the data in diagnostics; with
-    ``line_offset`` (1 for a CSV with a header line) data row ``r`` is reported at line
-    ``r + line_offset``. Raises :class:`DiagnosticError` with every problem found (E404-E408).
+    ``missing`` maps a column to its rule (default :func:`default_policy`); ``other`` maps a
+    categorical column to its catch-all category. ``source`` names the data in diagnostics;
+    ``malformed_rows`` (how many of the frame's rows stand for malformed records) only goes to
+    the curator log. Total over cells: raises :class:`DiagnosticError` only for the spec's rules
+    and the frame's schema (E404, E406, E408), never for a cell.
     """
     missing, other = dict(missing or {}), dict(other or {})
-    check_policies(domain, missing, other)
-    df = df.rename(columns=lambda c: str(c).strip(WHITESPACE))
-    diagnostics, extra = column_set_diagnostics(list(df.columns), domain, source)
-    raise_if_any(diagnostics)
-
+    df, extra = _prepare(df, domain, missing, other, source)
     parsed: dict[str, np.ndarray] = {}
     drop = np.zeros(len(df), dtype=bool)
     nulls: dict[str, np.ndarray] = {}  # missing cells of nullable (missing: keep) columns
     log_missing: dict[str, int] = {}
     log_undeclared: dict[str, int] = {}
     for col in domain:
-        p = (
-            _parse_numeric(col, df[col.name])
-            if isinstance(col, NumericColumn)
-            else _parse_categorical(col, df[col.name])
-        )
-        policy = missing.get(col.name, "error")
-        diagnostics += column_diagnostics(
-            p.issues, domain, policy, col.name in other, source, line_offset
-        )
-        values = p.values
+        p = _parse(col, df[col.name])
+        values, absent = p.values, p.empty | p.unreadable
         if col.name in other:  # undeclared categories go to the catch-all
-            values = np.where(p.invalid, col.code_of_label(other[col.name]), values)  # type: ignore[union-attr]
+            catch_all = col.code_of_label(other[col.name])  # type: ignore[union-attr]
+            values = np.where(p.unreadable, catch_all, values)
+            absent = p.empty
+        policy = missing.get(col.name, default_policy(col))
         if policy == "drop":
-            drop |= p.missing
+            drop |= absent
         elif policy == "keep":
-            nulls[col.name] = p.missing
-        elif isinstance(policy, Fill):
+            nulls[col.name] = absent
+        else:
             fill = (
                 col.code_of_label(str(policy.value))
                 if isinstance(col, CategoricalColumn)
                 else float(policy.value)
             )
-            values = np.where(p.missing, fill, values)
+            values = np.where(absent, fill, values)
+        if isinstance(col, NumericColumn):  # finite placeholders where the value is unused
+            values = np.where(np.isfinite(values), values, col.lo)
         parsed[col.name] = values
-        if p.issues.missing:
-            log_missing[col.name] = p.issues.missing
-        if p.issues.invalid:
-            log_undeclared[col.name] = p.issues.invalid
-    raise_if_any(diagnostics)
+        if p.empty.any():
+            log_missing[col.name] = int(p.empty.sum())
+        if p.unreadable.any():
+            log_undeclared[col.name] = int(p.unreadable.sum())
 
     keep = ~drop
     codes: dict[str, np.ndarray] = {}
@@ -451,7 +384,8 @@ def encode_frame(
             if null is not None:
                 codes[col.name] = np.where(null, col.null_code, codes[col.name]).astype(np.int32)
             continue
-        below, above = int((values < col.lo).sum()), int((values > col.hi).sum())
+        live = values if null is None else values[~null]
+        below, above = int((live < col.lo).sum()), int((live > col.hi).sum())
         if below:
             low[col.name] = below
         if above:
@@ -463,9 +397,71 @@ def encode_frame(
             scaled[col.name] = np.where(null, NULL_SCALED, scaled[col.name])
             codes[col.name] = np.where(null, col.null_code, codes[col.name]).astype(np.int32)
     log = CuratorLog(
-        source, len(df), int(keep.sum()), log_missing, log_undeclared, low, high, extra
+        source,
+        len(df),
+        int(keep.sum()),
+        log_missing,
+        log_undeclared,
+        low,
+        high,
+        extra,
+        malformed_rows=malformed_rows,
     )
     return EncodingResult(EncodedTable(domain, codes, scaled), log)
+
+
+def inspect_frame(
+    df: pd.DataFrame,
+    domain: Domain,
+    missing: Mapping[str, MissingPolicy] | None = None,
+    other: Mapping[str, str] | None = None,
+    *,
+    source: str = "<data>",
+) -> list[ColumnIssues]:
+    """The strict look at a raw frame for ``dpql validate`` (CURATOR-ONLY): per declared column
+    the empty, unreadable (or undeclared) and out-of-bounds cells, with row numbers and the
+    unreadable values. Same parsing as :func:`encode_frame`; raises what it raises."""
+    missing, other = dict(missing or {}), dict(other or {})
+    df, _ = _prepare(df, domain, missing, other, source)
+    out = []
+    for col in domain:
+        p = _parse(col, df[col.name])
+        masks = {"empty": p.empty, "unreadable": p.unreadable}
+        if isinstance(col, NumericColumn):
+            finite = np.where(np.isfinite(p.values), p.values, col.lo)
+            masks["below"] = ~p.empty & ~p.unreadable & (finite < col.lo)
+            masks["above"] = ~p.empty & ~p.unreadable & (finite > col.hi)
+        counts = {k: int(m.sum()) for k, m in masks.items()}
+        rows = {
+            k: tuple(int(r) + 1 for r in np.flatnonzero(m)[:MAX_EXAMPLES])
+            for k, m in masks.items()
+            if counts[k]
+        }
+        examples, distinct = _examples(p.text, p.unreadable) if counts["unreadable"] else ((), 0)
+        out.append(
+            ColumnIssues(
+                col.name,
+                counts["empty"],
+                counts["unreadable"],
+                counts.get("below", 0),
+                counts.get("above", 0),
+                rows,
+                examples,
+                distinct,
+            )
+        )
+    return out
+
+
+def _examples(values: pd.Series, bad: np.ndarray) -> tuple[tuple[tuple[str, int, int], ...], int]:
+    rows = pd.DataFrame({"v": values[bad].astype(str).to_numpy(), "r": np.flatnonzero(bad) + 1})
+    stats = rows.groupby("v", sort=False)["r"].agg(["size", "min"])
+    stats = stats.sort_values(["size", "min"], ascending=[False, True])
+    top = tuple(
+        (str(v), int(c), int(r))
+        for v, c, r in zip(stats.index[:MAX_EXAMPLES], stats["size"], stats["min"], strict=False)
+    )
+    return top, len(stats)
 
 
 # ---------------------------------------------------------------------------------------------

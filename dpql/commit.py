@@ -42,19 +42,28 @@ def _enforce_policy(
     policy: LoadedPolicy,
     ledger_file: Path,
     records: Sequence[Any] | None = None,
+    data: Path | None = None,
 ) -> None:
     """Refuse the release (P0xx at the policy) if it breaks ``policy``, lifetime caps included,
-    over the ledger's lines (every status counts as spent; ``records``: as read under the
-    ledger's lock)."""
+    over the ledger's lines of this data source (every status counts as spent; ``records``: as
+    read under the ledger's lock; ``data``: the data source, default the spec's data file)."""
     from dpql.check import check_policy, lifetime_budget, lifetime_violations, planned_spend
+    from dpql.lifetime import of_source, real_path
 
     if records is None:
-        violations = check_policy(spec, policy, ledger_file, plan.budget.epsilon)
+        seconds = plan.resources.seconds if plan.resources is not None else None
+        violations = check_policy(
+            spec, policy, ledger_file, plan.budget.epsilon, data=data, estimated_seconds=seconds
+        )
     elif policy.model.lifetime is not None:
         lifetime = policy.model.lifetime
         spend = planned_spend(spec, plan.budget.epsilon)
+        source = data if data is not None else real_path(spec.data_path)
+        mine = [r for r in records if of_source(r, ledger_file, source)]
         violations = lifetime_violations(
-            lifetime_budget(lifetime.epsilon, list(records), spend, lifetime.delta)
+            lifetime_budget(
+                lifetime.epsilon, mine, spend, lifetime.delta, lifetime.composition
+            )
         )
     else:
         violations = []
@@ -64,7 +73,8 @@ def _enforce_policy(
             v.code,
             f"compile refused by the policy: {v.message}",
             SourcePos(str(policy.path)),
-            (late if records is not None else "nothing was read or spent")
+            (f"{v.hint}; " if v.hint else "")
+            + (late if records is not None else "nothing was read or spent")
             + "; the lifetime total counts every ledger line (pending ones included)",
         )
         for v in violations
@@ -73,67 +83,137 @@ def _enforce_policy(
         raise DiagnosticError(diagnostics)
 
 
-def default_ledger_path(spec: LoadedSpec) -> Path:
-    """The lifetime ledger a compile records in when nothing else names one:
-    ``<spec stem>.ledger.jsonl`` beside the spec (``adult.release.yaml`` ->
-    ``adult.release.ledger.jsonl``)."""
-    return spec.resolve(f"{Path(spec.path).stem}.ledger.jsonl")
+#: Characters a staged output's name adds to its target's (``.<name>.dpql-<pid>-<hex>.staged``,
+#: or the ``.<name>.<random>.tmp`` of an atomic write): the longest file name written.
+_STAGED_EXTRA = len(".") + len(".dpql-") + 10 + len("-") + 12 + len(".staged")
+
+#: Where each output's path is written in the spec (for a located message).
+_SPEC_KEYS = {
+    "table": ("output", "path"),
+    "record": ("output", "provenance"),
+    "curator file": ("output", "curator"),
+    "lifetime ledger": ("output", "ledger"),
+}
 
 
-def resolve_ledger(
-    spec: LoadedSpec, ledger_path: Path | None, policy: LoadedPolicy | None
-) -> tuple[Path, str, bool]:
-    """The ledger this compile records in, where it was named, and whether it must exist:
-    ``--ledger``, else ``output.ledger``, else the policy's ``lifetime.ledger``, else
-    :func:`default_ledger_path`. With a policy that names a ledger, it must be that one (E615
-    otherwise: the caps are enforced on the ledger the release is recorded in) and exist."""
-    policy_ledger = policy.ledger_path if policy is not None else None
-    if ledger_path is not None:
-        path, named = Path(ledger_path).absolute(), "--ledger"
-    elif spec.model.output.ledger:
-        path, named = spec.resolve(spec.model.output.ledger), "output.ledger"
-    elif policy_ledger is not None:
-        path, named = policy_ledger, f"lifetime.ledger of {policy.path}"  # type: ignore[union-attr]
-    else:
-        path, named = default_ledger_path(spec), "the default ledger beside the spec"
-    if policy_ledger is not None and path.resolve() != policy_ledger.resolve():
-        raise DiagnosticError(
-            [
-                Diagnostic(
-                    "E615",
-                    f"this compile would record in {path} ({named}), but the policy's lifetime "
-                    f"caps are kept in {policy_ledger}",
-                    SourcePos(str(policy.path)),  # type: ignore[union-attr]
-                    "record the release in the policy's ledger: drop --ledger/output.ledger or "
-                    "make them name the policy's lifetime.ledger",
-                )
-            ]
-        )
-    return path, named, policy_ledger is not None
+def release_inputs(
+    spec: LoadedSpec,
+    policy: Path | None = None,
+    signing_key: Path | None = None,
+    *,
+    data: Path | None = None,
+) -> dict[str, Path]:
+    """Every file a release reads, by role: the spec, the data file (``data``, default the
+    spec's), the public values and group files, an external table, the policy and the signing
+    key. No output may be one of them."""
+    model = spec.model
+    inputs = {"spec": spec.path, "data file": Path(data).absolute() if data else spec.data_path}
+    for name, col in model.columns.items():
+        values_file = getattr(col, "values_file", None)
+        group = getattr(col, "group", None)
+        if values_file:
+            inputs[f"values_file of '{name}'"] = spec.resolve(values_file)
+        if group is not None and group.file:
+            inputs[f"group file of '{name}'"] = spec.resolve(group.file)
+    if getattr(model.synthesizer, "method", None) == "external":
+        inputs["external table"] = spec.resolve(model.synthesizer.path)  # type: ignore[union-attr]
+    if policy is not None:
+        inputs["policy"] = Path(policy).absolute()
+    if signing_key is not None:
+        inputs["signing key"] = Path(signing_key).absolute()
+    return inputs
+
+
+def curator_key_path(targets: dict[str, Path]) -> Path | None:
+    """The curator HMAC key file a compile may create (none with ``$DPQL_CURATOR_KEY``)."""
+    from dpql.curator import CURATOR_KEY_ENV, KEY_FILE_NAME
+
+    if os.environ.get(CURATOR_KEY_ENV) or "curator file" not in targets:
+        return None
+    return targets["curator file"].parent / KEY_FILE_NAME
 
 
 def output_location_errors(
-    spec: LoadedSpec, targets: dict[str, Path], *, force: bool
+    spec: LoadedSpec,
+    targets: dict[str, Path],
+    *,
+    force: bool,
+    ledger: Path | None = None,
+    inputs: dict[str, Path] | None = None,
 ) -> list[Diagnostic]:
-    """Why the release cannot be written where the spec says (checked before any data is read):
-    ``E613`` a target that is a directory (or not a regular file), two outputs on one path, a
-    folder that is not a directory or not writable; ``E614`` the table or record of an earlier
-    release is there and ``force`` is not set (a second compile would spend the budget again)."""
+    """Why the release cannot be written where the spec says (checked before any data is read),
+    over every file a compile writes: ``targets`` (table, record, curator file), the curator
+    HMAC key, and ``ledger``.
+
+    ``E613``: a path that cannot name a file (a NUL byte, a file name longer than the folder's
+    file system allows once staged, a path over ``PATH_MAX``), two outputs that are one file (by
+    path, after resolving links, or by inode), a target that is a directory (or not a regular
+    file), a folder that is not a directory or not writable. ``E618``: an output that is one of
+    ``inputs`` (:func:`release_inputs`: writing it would destroy the spec, the data or a public
+    file). ``E619``: the curator file or its key inside a published folder (the table's or the
+    record's, when that folder holds neither the spec nor the data). ``E614``: the table or
+    record of an earlier release is there and ``force`` is not set (a second compile would spend
+    the budget again)."""
+    from dpql.spec.files import same_file
+
+    outputs = dict(targets)
+    key = curator_key_path(targets)
+    if key is not None:
+        outputs["curator HMAC key"] = key
+    if ledger is not None:
+        outputs["lifetime ledger"] = ledger
     errors: list[Diagnostic] = []
-    where = SourcePos(str(spec.path))
-    seen: dict[Path, str] = {}
-    for role, target in targets.items():
-        if target in seen:
+    invalid = set()
+    for role, target in outputs.items():
+        problem = _path_problem(target)
+        if problem is not None:
+            invalid.add(role)
             errors.append(
                 Diagnostic(
                     "E613",
-                    f"the {role} and the {seen[target]} are the same file {target}",
-                    where,
-                    "give each output its own path (output.path, output.provenance, "
-                    "output.curator)",
+                    f"the {role} path cannot be written: {problem}",
+                    _where(spec, role),
+                    "use a shorter path of ordinary characters",
                 )
             )
-        seen[target] = role
+    items = [(r, p) for r, p in outputs.items() if r not in invalid]
+    for i, (role, target) in enumerate(items):
+        for other, path in items:
+            if other != role and _inside(target, path) and not same_file(target, path):
+                errors.append(
+                    Diagnostic(
+                        "E613",
+                        f"the {role} {target} is inside the path of the {other} {path}",
+                        _where(spec, role),
+                        "give each output its own path, none below another",
+                    )
+                )
+        for other, path in items[:i]:
+            if same_file(target, path):
+                errors.append(
+                    Diagnostic(
+                        "E613",
+                        f"the {role} and the {other} are the same file {target}",
+                        _where(spec, role),
+                        "give each output its own path (output.path, output.provenance, "
+                        "output.curator, output.ledger)",
+                    )
+                )
+        for what, source in (inputs or {}).items():
+            if same_file(target, source):
+                errors.append(
+                    Diagnostic(
+                        "E618",
+                        f"the {role} {target} is the {what}: writing it would destroy an input",
+                        _where(spec, role),
+                        "write every output to a new file, away from the spec, the data and "
+                        "the public files it names",
+                    )
+                )
+    errors += _curator_published_errors(spec, dict(items), inputs or {})
+    for role, target in items:
+        if role == "lifetime ledger":
+            continue  # its own checks: lifetime.ledger_location_error (E615)
         folder = _nearest_existing(target.parent)
         if target.is_dir() or (target.exists() and not target.is_file()):
             kind = "a directory" if target.is_dir() else "not a regular file"
@@ -148,25 +228,94 @@ def output_location_errors(
             Diagnostic(
                 "E613",
                 what,
-                where,
+                _where(spec, role),
                 "point the output at a file in a folder you can write (output.path, "
                 "output.provenance, output.curator)",
             )
         )
     existing = [
-        str(targets[r]) for r in ("table", "record") if r in targets and targets[r].is_file()
+        str(targets[r])
+        for r in ("table", "record")
+        if r in targets and r not in invalid and targets[r].is_file()
     ]
     if existing and not force:
         errors.append(
             Diagnostic(
                 "E614",
                 "an earlier release is already written here: " + ", ".join(existing),
-                where,
+                SourcePos(str(spec.path)),
                 "each compile spends the privacy budget again (and is recorded in the lifetime "
                 "ledger); to replace the earlier release anyway run dpql compile --force, or "
                 "change output.path and output.provenance",
             )
         )
+    return errors
+
+
+def _where(spec: LoadedSpec, role: str) -> SourcePos:
+    """The position of ``role``'s path in the spec, or the spec file."""
+    path = _SPEC_KEYS.get(role)
+    if path is not None and spec.doc.has(path):
+        return spec.doc.value_pos(path)
+    return SourcePos(str(spec.path))
+
+
+def _path_problem(target: Path) -> str | None:
+    """Why ``target`` cannot name a file that dpql writes atomically beside itself, or None."""
+    text = str(target)
+    if "\x00" in text:
+        return "it contains a NUL byte"
+    folder = _nearest_existing(target.parent)
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+        path_max = os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = max(len(part.encode("utf-8", "surrogateescape")) for part in target.parts)
+    if longest + _STAGED_EXTRA > name_max:
+        return (
+            f"a file or folder name of {longest:,} bytes, over the {name_max - _STAGED_EXTRA:,} "
+            f"this file system allows (its limit is {name_max:,}, less what staging adds)"
+        )
+    if len(text.encode("utf-8", "surrogateescape")) + _STAGED_EXTRA > path_max:
+        return f"the path is longer than the {path_max - _STAGED_EXTRA:,} bytes allowed here"
+    return None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def _curator_published_errors(
+    spec: LoadedSpec, outputs: dict[str, Path], inputs: dict[str, Path]
+) -> list[Diagnostic]:
+    """E619 for the curator file or its key inside a folder that is published whole: the
+    folder of the table or the record, when it holds neither the spec nor the data file (a
+    folder that holds them is a working folder, where the default ``curator/`` lives)."""
+    private = [p for r, p in inputs.items() if r in ("spec", "data file")]
+    folders = {outputs[r].parent for r in ("table", "record") if r in outputs}
+    errors = []
+    for role in ("curator file", "curator HMAC key"):
+        if role not in outputs:
+            continue
+        for folder in folders:
+            same = _inside(outputs[role].parent, folder) and _inside(folder, outputs[role].parent)
+            working = any(_inside(p, folder) for p in private)
+            if same or (_inside(outputs[role], folder) and not working):
+                errors.append(
+                    Diagnostic(
+                        "E619",
+                        f"the {role} {outputs[role]} is inside the published folder {folder}",
+                        _where(spec, "curator file"),
+                        "the curator file and its key are never published: put them outside "
+                        "the folder of the table and record (the default is curator/ beside "
+                        "the spec)",
+                    )
+                )
+                break
     return errors
 
 
@@ -234,9 +383,11 @@ def _stage_release(
     signing_key: Path | None,
     targets: dict[str, Path],
     staged: dict[str, Path],
+    population: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the published table and provenance record to their staged paths (beside their
-    targets, mode 0666 & ~umask); the record names the table's final file name."""
+    targets, mode 0666 & ~umask); the record names the table's final file name and, with
+    ``population``, the rows the table describes (``dpql.population``)."""
     out = targets["table"]
     for role in ("table", "record"):  # the curator folder is made 0700 by its writer
         targets[role].parent.mkdir(parents=True, exist_ok=True)
@@ -260,6 +411,8 @@ def _stage_release(
         created=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     record["output"]["file"] = out.name
+    if population is not None:
+        record["output"]["population"] = population
     if signing_key is not None:
         from dpql.signing import sign_record
 
@@ -306,6 +459,8 @@ def _commit(
     ledger_file: Path,
     policy: LoadedPolicy | None,
     plan: ReleasePlan,
+    data_hmac: str | None = None,
+    data: Path | None = None,
 ) -> None:
     """Make the staged release the release, as one unit (docs/architecture.md "Writing a
     release"): with the ledger locked, re-check the policy's lifetime caps over the ledger as
@@ -313,12 +468,24 @@ def _commit(
     ``pending`` (naming each staged file and its SHA-256; fsynced), rename every staged file
     onto its target, fsync the folders, mark the line ``committed``. A SIGKILL before the
     pending line leaves only staged files (removed by the next compile: nothing was
-    released); after it, the next compile rolls the release forward."""
-    from dpql.lifetime import StagedOutput, fsync_folder, locked_ledger, release_record
+    released); after it, the next compile rolls the release forward. The line names the data
+    source (its path and ``data_hmac``, the curator file's keyed fingerprint)."""
+    from dpql.lifetime import (
+        StagedOutput,
+        fsync_folder,
+        locked_ledger,
+        release_record,
+        source_ref,
+    )
 
     spent = record["privacy"]["spent"]
     line = release_record(
-        spec, spent["epsilon"], spent["delta"], spent["rho"], rdp=record["privacy"]["rdp"]
+        spec,
+        spent["epsilon"],
+        spent["delta"],
+        spent["rho"],
+        rdp=record["privacy"]["rdp"],
+        data_source=source_ref(data or spec.data_path, ledger_file, data_hmac),
     )
     outputs = [
         StagedOutput(path=str(targets[r]), staged=str(staged[r]), sha256=_sha256(staged[r]))
@@ -329,7 +496,7 @@ def _commit(
     try:
         with _signals_deferred(), locked_ledger(ledger_file) as locked:
             if policy is not None:
-                _enforce_policy(spec, plan, policy, ledger_file, locked.records)
+                _enforce_policy(spec, plan, policy, ledger_file, locked.records, data)
             before = list(locked.records)
             locked.write([*before, pending])
             recorded = True  # from here on the release is recorded: roll forward, never back

@@ -138,6 +138,10 @@ def curator_record(
     raw = summary.get("sha256")
     out["data_hmac_sha256"] = data_hmac(key, raw) if raw else None
     out["data_hmac"] = HMAC_DESCRIPTION.format(source=key_source)
+    if "fingerprint_of" in summary:  # a DataFrame's content hash, not a file's bytes
+        out["data_hmac"] = out["data_hmac"].replace(
+            "SHA-256(data file bytes)", str(summary["fingerprint_of"])
+        )
     out["timings_s"] = {k: round(v, 3) for k, v in timings.items()}
     return out
 

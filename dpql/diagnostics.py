@@ -20,6 +20,7 @@ and the column but never a cell's value, and their source line is never quoted (
 private cells, and cells of columns outside the schema). Values and other data-derived text a
 curator may want to see (an engine's own message, which can quote cells) go to ``values``, which
 is rendered only when asked (``dpql compile --show-values``, the curator's own terminal).
+Rendered text has its control characters escaped (:func:`dpql.terminal.printable`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from dpql.terminal import printable
 
 Severity = Literal["error", "warning"]
 
@@ -171,7 +174,7 @@ def render(diagnostic: Diagnostic, source: str | None = None, show_values: bool 
             out.extend(_quote(text, pos))
     if diagnostic.hint:
         out.append(f"  = hint: {clip(diagnostic.hint)}")
-    return "\n".join(out)
+    return printable("\n".join(out))
 
 
 def _quote(text: str, pos: SourcePos) -> list[str]:

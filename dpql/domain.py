@@ -153,6 +153,9 @@ class Domain:
     """The ordered columns of a release. Column order is the spec's order."""
 
     columns: tuple[Column, ...]
+    #: the ``missing: drop`` columns: the release describes the rows where they are present
+    #: (the complete cases, ``dpql.population``); empty when every row is kept
+    complete_in: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[Column]:
         return iter(self.columns)

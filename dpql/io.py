@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -57,16 +58,48 @@ class UnreadableFile(Exception):
 
 def read_capped(path: Path, limit: int) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them. A missing file, a
-    directory or a FIFO (never opened: it could block), an OS error or a larger file raises
+    directory, a FIFO, socket or device (opened without blocking and refused before any read),
+    a path with a NUL byte, a symlink loop, an OS error or a larger file raises
     :class:`UnreadableFile` with the reason ("no such file", "not a regular file", the OS's
-    message, or "larger than N bytes")."""
-    try:
-        if not path.is_file():
-            raise UnreadableFile("no such file" if not path.exists() else "not a regular file")
-        with open(path, "rb") as f:
+    message, or "larger than N bytes"), never with the file's contents."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        try:
             raw = f.read(limit + 1)
-    except OSError as exc:
-        raise UnreadableFile(exc.strerror or str(exc)) from None
+        except OSError as exc:
+            raise UnreadableFile(exc.strerror or str(exc)) from None
     if len(raw) > limit:
         raise UnreadableFile(f"larger than {limit:,} bytes")
     return raw
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A blocking read-only descriptor on the regular file ``path``, or :class:`UnreadableFile`.
+    The file is opened with ``O_NONBLOCK`` (opening a FIFO for reading would otherwise wait for
+    a writer forever) and its type is checked on the open descriptor, so a path swapped for a
+    FIFO between a check and the open is still refused."""
+    name = os.fspath(path)
+    if "\x00" in name:
+        raise UnreadableFile("the path contains a NUL byte")
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UnreadableFile("no such file") from None
+    except IsADirectoryError:
+        raise UnreadableFile("not a regular file (a directory)") from None
+    except (OSError, ValueError) as exc:  # a symlink loop, a name too long, permissions
+        raise UnreadableFile(getattr(exc, "strerror", None) or str(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableFile(
+                "not a regular file (a directory)"
+                if stat.S_ISDIR(st.st_mode)
+                else "not a regular file (a pipe, socket or device)"
+            )
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

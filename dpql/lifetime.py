@@ -65,6 +65,58 @@ class StagedOutput(BaseModel):
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
+class DataSourceRef(BaseModel):
+    """The data source a release read, the data file resolved (symlinks followed): ``path``,
+    relative to the ledger's folder (POSIX separators), which survives moving the project with
+    its data; ``absolute``, which survives moving the ledger alone; ``data_hmac_sha256``, the
+    keyed fingerprint of the file's bytes that the curator file holds (:mod:`dpql.curator`), for
+    the curator to tell two paths of one file apart (never a plain hash: anyone could confirm a
+    guessed dataset). :func:`of_source` says which lines count against a data file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    path: Annotated[str, Field(min_length=1)]
+    absolute: Annotated[str, Field(min_length=1)] | None = None
+    data_hmac_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+
+def real_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute with its symlinks followed as far as they go: never raises (a
+    symlink loop or a missing file is reported where the file is opened, as a located error)."""
+    return Path(os.path.realpath(path))
+
+
+def source_ref(data: Path, ledger: Path, data_hmac: str | None = None) -> DataSourceRef:
+    """The :class:`DataSourceRef` of the data file ``data`` in the ledger at ``ledger``."""
+    resolved = real_path(data)
+    rel = os.path.relpath(resolved, real_path(ledger).parent)
+    return DataSourceRef(
+        path=Path(rel).as_posix(), absolute=str(resolved), data_hmac_sha256=data_hmac
+    )
+
+
+def source_path(ref: DataSourceRef, ledger: Path) -> Path:
+    """The absolute path of a ledger line's data source, as its ``path`` relative to the
+    ledger's folder says."""
+    return Path(os.path.normpath(real_path(ledger).parent / ref.path))
+
+
+def of_source(record: ReleaseRecord, ledger: Path, data: Path) -> bool:
+    """Whether ``record`` (a line of ``ledger``) counts against the data file ``data``. Fail
+    safe: it does unless it names a data source that exists and is another file. So a line
+    that names ``data`` (by its path relative to the ledger or its absolute path) counts, and so
+    does a line that names no data source (written before lines named one, or by hand) or one
+    whose file is at neither path any more (the ledger or the data moved: dpql cannot tell)."""
+    ref = record.data_source
+    if ref is None:
+        return True
+    data = real_path(data)
+    named = [source_path(ref, ledger)] + ([Path(ref.absolute)] if ref.absolute else [])
+    if data in named:
+        return True
+    return not any(p.exists() for p in named)
+
+
 #: a ledger line's state (docs/architecture.md, "Writing a release"): ``pending`` (appended
 #: before the outputs are renamed into place), ``committed`` (every output in place) or
 #: ``abandoned`` (a pending release whose staged files vanished). All three count as spent.
@@ -77,7 +129,9 @@ class ReleaseRecord(BaseModel):
     ``rho`` is the release's zCDP rho only when all of it was zCDP (else null, informational).
     ``rdp`` is its RDP curve (absent: the release composes by basic composition only).
     ``status``/``txid``/``outputs`` belong to the commit protocol of ``dpql compile`` (a line
-    without them is a committed release); every line counts as spent whatever its status."""
+    without them is a committed release); every line counts as spent whatever its status.
+    ``data_source`` names the data file the release read (absent on older or hand-written
+    lines: such a line counts against every data source of the ledger, :func:`of_source`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -91,6 +145,7 @@ class ReleaseRecord(BaseModel):
     status: LedgerStatus = "committed"
     txid: Annotated[str, Field(pattern=r"^[0-9A-Za-z-]{1,64}$")] | None = None
     outputs: list[StagedOutput] | None = None
+    data_source: DataSourceRef | None = None
 
     @field_validator("time")
     @classmethod
@@ -113,9 +168,11 @@ def release_record(
     time: datetime | None = None,
     *,
     rdp: RdpCurve | Mapping[str, Any] | None = None,
+    data_source: DataSourceRef | None = None,
 ) -> ReleaseRecord:
     """The ledger record of releasing ``spec`` at the (epsilon, delta[, rho]) actually spent,
-    with its RDP curve ``rdp`` (the provenance record's ``privacy.rdp``) when known."""
+    with its RDP curve ``rdp`` (the provenance record's ``privacy.rdp``) when known and the
+    data source it read (:func:`source_ref`)."""
     when = (time or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds")
     curve = rdp if rdp is None or isinstance(rdp, RdpCurve) else RdpCurve.model_validate(rdp)
     return ReleaseRecord(
@@ -126,6 +183,7 @@ def release_record(
         rho=rho,
         rdp=curve,
         time=when,
+        data_source=data_source,
     )
 
 
@@ -165,7 +223,8 @@ def _ledger_error(file: str, line: int, col: int, what: str) -> Diagnostic:
         f"malformed ledger line: {what}",
         SourcePos(file, line, col),
         "each line must be one JSON object with name, spec_sha256, epsilon, delta, rho, time "
-        "and optionally rdp; fix the line by hand from the release's provenance record",
+        "and optionally rdp and data_source; fix the line by hand from the release's "
+        "provenance record",
     )
 
 

@@ -30,19 +30,28 @@ from dpql.commit import (
     _staged_path,
     _writer,
     output_location_errors,
+    release_inputs,
     remove_orphans,
-    resolve_ledger,
 )
 from dpql.curator import curator_key, curator_path, curator_record
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.io import CURATOR_MODE, atomic_path
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
+from dpql.population import (
+    PopulationOracle,
+    WithOracle,
+    dropped_columns,
+    full_population,
+    without_unsupported_nulls,
+)
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.budget import BudgetExceeded
 from dpql.privacy.ledger import EPSILON_RTOL, Ledger
 from dpql.privacy.noise import NoiseSource, default_noise
 from dpql.progress import Progress
-from dpql.spec.load import LoadedPolicy, LoadedSpec, load_policy, load_spec
+from dpql.project import LedgerChoice, choose_ledger
+from dpql.quality import QualityHeadline, compile_headline
+from dpql.spec.load import LoadedSpec, load_spec
 from dpql.synth.base import RunContext, backend
 
 if TYPE_CHECKING:
@@ -57,6 +66,11 @@ class CompileResult:
     record: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
     curator_path: Path | None = None
+    #: the released table against the synthesizer's noisy 1-way answers (post-processing of DP
+    #: outputs; :func:`dpql.quality.compile_headline`), None when it measured none
+    quality: QualityHeadline | None = None
+    ledger_path: Path | None = None
+    policy_path: Path | None = None
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
@@ -126,8 +140,9 @@ def _refused(spec: LoadedSpec, exc: BudgetExceeded) -> DiagnosticError:
 
 
 def compile_release(
-    spec_path: str | os.PathLike[str],
+    spec_path: str | os.PathLike[str] | LoadedSpec,
     *,
+    data: Any = None,
     seed: int | None = None,
     progress: Progress | None = None,
     noise: NoiseSource | None = None,
@@ -143,19 +158,27 @@ def compile_release(
 
     ``noise`` defaults to a fresh OS-entropy source; a test-only reproducible source is refused
     unless ``allow_reproducible_noise`` (tests only: such a release is not private).
-    Every release is recorded in a lifetime ledger (:func:`resolve_ledger`: ``ledger_path``,
-    ``output.ledger``, the policy's ``lifetime.ledger`` or ``<spec stem>.ledger.jsonl`` beside
-    the spec). The ledger of mechanism events is an odometer created with the plan's budget; a
-    run that would overspend is refused (``E611``) and nothing is written. The curator-only
+    Every release is recorded in the lifetime ledger of its data source and answers to the
+    policy that :func:`dpql.project.choose_ledger` finds (``ledger_path`` and ``policy_path``
+    override what is found; the release's line names its data source). The ledger of mechanism
+    events is an odometer created with the plan's budget; a run that would overspend is
+    refused (``E611``) and nothing is written. The curator-only
     facts and the stage timings go to the curator file (:mod:`dpql.curator`), never to the
     published record. With ``signing_key`` (an Ed25519 private key from ``dpql keygen``) the
     record is signed (:mod:`dpql.signing`). ``postprocess_policy`` overrides the default
     :class:`~dpql.postprocess.policy.PostprocessPolicy` (benchmarks); the record reports it.
 
-    Before any private data is read: every output location and the ledger are validated
-    (E613, E615, E005, E020), an earlier release at the same outputs is refused unless
-    ``force`` (E614), and with ``policy_path`` the policy is enforced, lifetime caps included
-    (P0xx). ``notify`` receives notes (interrupted releases recovered from the ledger).
+    Before any private data is read: every output location and the ledger are validated,
+    against each other and every input (E613, E618, E619, E615, E005, E020), an earlier
+    release at the same outputs is refused unless ``force`` (E614), and the policy, given or
+    found, is enforced, lifetime caps included (P0xx). ``notify`` receives notes (interrupted
+    releases recovered from the ledger).
+
+    ``spec_path`` is a spec file or an already loaded spec; ``data`` (a path, or a pandas
+    DataFrame held in memory, :mod:`dpql.data.frame`) replaces the spec's ``data.path``: the
+    same schema, public row count and rules apply, and its curator fingerprint is the file's,
+    or the frame's content hash. The data source the ledger counts against is that path, or for
+    a frame the spec's ``data.path``.
 
     Stages: plan (no data) -> preflight -> open the private table -> the backend's ``run`` ->
     post-process -> re-check the spend -> commit (:func:`_commit`: staged files, pending
@@ -170,11 +193,15 @@ def compile_release(
     timings: dict[str, float] = {}
     clock = _Clock(timings)
     with clock("plan"):
-        spec = load_spec(spec_path)
+        spec = spec_path if isinstance(spec_path, LoadedSpec) else load_spec(spec_path)
         plan = build_plan(spec)
-        policy = load_policy(policy_path) if policy_path is not None else None
         targets = _targets(spec)
-        ledger_file = _preflight(spec, plan, targets, ledger_path, policy, force, notify)
+        source = Path(data) if isinstance(data, (str, os.PathLike)) else None
+        inputs = release_inputs(spec, policy_path, signing_key, data=source)
+        _refuse_outputs_on_inputs(spec, targets, ledger_path, inputs)  # before a ledger is read
+        choice = choose_ledger(spec, ledger=ledger_path, policy=policy_path, data=source)
+        policy, ledger_file = choice.policy, choice.ledger
+        _preflight(spec, plan, targets, choice, force, notify, inputs)
         if signing_key is not None:
             _check_signing_key(signing_key)
     seed = secrets.randbits(31) if seed is None else seed
@@ -186,24 +213,42 @@ def compile_release(
     try:
         with ExitStack() as stack:
             with clock("load"):
+                if progress is not None:  # loading a large file can take minutes
+                    progress("load data", 0, 1)
                 private = stack.enter_context(
-                    open_private(DataSource.from_spec(spec), ledger, noise)
+                    open_private(DataSource.from_spec(spec, data), ledger, noise)
                 )
+                if progress is not None:
+                    progress("load data", 1, 1)
+                    private.oracle.progress = progress
+            _refuse_public_copies(spec, private)
             _note_ignored_columns(private, notify)
-            run = RunContext(spec, plan.queries, private, noise, ledger, seed, progress)
+            # under missing: drop, every answer is renormalised to the complete cases, once,
+            # as post-processing of the noisy outputs (dpql.population)
+            dropped = dropped_columns(spec.model)
+            oracle = PopulationOracle(private.oracle, dropped) if dropped else private.oracle
+            handle = WithOracle(private, oracle) if dropped else private
+            run = RunContext(spec, plan.queries, handle, noise, ledger, seed, progress)
             with clock("synthesize"):
                 synth = backend(plan.method).run(plan.synth, run)
-            table, requirements, postprocess = synth.table, [], None
+            measurements = _rescaled(synth.measurements, getattr(oracle, "sd_scale", 1.0))
+            table = without_unsupported_nulls(synth.table, measurements, seed)
+            requirements, postprocess = [], None
             if plan.measures is not None and "iproj.measure" in plan.phase_rho:
                 with clock("postprocess"):
                     post = run_postprocess(
-                        plan, private.oracle, table, seed, progress, synth.measurements,
+                        plan, oracle, table, seed, progress, measurements,
                         postprocess_policy or DEFAULT_POLICY,
                     )
                 table = post.table
                 requirements, postprocess = post.requirements_json(), post.summary_json()
             check_spent(ledger, plan.budget)  # fail closed: nothing is written over budget
+            quality = compile_headline(table, measurements)  # DP outputs and the table
             summary = private.curator_summary().to_json()
+            if private.source.frame is not None:
+                from dpql.data.frame import FRAME_FINGERPRINT
+
+                summary["fingerprint_of"] = FRAME_FINGERPRINT
     except BudgetExceeded as exc:
         raise _refused(spec, exc) from exc
     except KeyboardInterrupt:
@@ -218,9 +263,11 @@ def compile_release(
             record = _stage_release(
                 spec, plan, ledger, {"method": plan.method, "rounding_seed": seed, **synth.info},
                 table, requirements, postprocess, signing_key, targets, staged,
+                population=oracle.to_json() if dropped else full_population(),
             )  # fmt: skip
             key, key_source = curator_key(targets["curator file"].parent)  # folder mode 0700
-            curator = json.dumps(curator_record(summary, timings, key, key_source), indent=2)
+            facts = curator_record(summary, timings, key, key_source)
+            curator = json.dumps(facts, indent=2)
             _stage(staged["curator file"], _writer(curator + "\n", CURATOR_MODE), CURATOR_MODE)
     except BaseException as exc:
         for path in staged.values():
@@ -231,10 +278,22 @@ def compile_release(
                 "nothing was recorded in the ledger"
             ) from None
         raise
-    _commit(spec, record, targets, staged, txid, ledger_file, policy, plan)
+    hmac = facts.get("data_hmac_sha256")
+    _commit(spec, record, targets, staged, txid, ledger_file, policy, plan, hmac, choice.data)
     return CompileResult(
-        plan, targets["table"], targets["record"], record, timings, targets["curator file"]
-    )
+        plan, targets["table"], targets["record"], record, timings, targets["curator file"],
+        quality, ledger_file, policy.path if policy is not None else None,
+    )  # fmt: skip
+
+
+def _rescaled(
+    measurements: tuple[tuple[Any, Any, float], ...], sd_scale: float
+) -> tuple[tuple[Any, Any, float], ...]:
+    """The synthesizer's measurements with their noise sds in the units of the answers it got
+    (renormalised answers carry ``sd_scale`` times the release's sd; ``dpql.population``)."""
+    if sd_scale == 1.0:
+        return measurements
+    return tuple((q, a, s * sd_scale) for q, a, s in measurements)
 
 
 def _targets(spec: LoadedSpec) -> dict[str, Path]:
@@ -249,19 +308,18 @@ def _preflight(
     spec: LoadedSpec,
     plan: ReleasePlan,
     targets: dict[str, Path],
-    ledger_path: Path | None,
-    policy: LoadedPolicy | None,
+    choice: LedgerChoice,
     force: bool,
     notify: Callable[[str], None] | None,
-) -> Path:
-    """Everything that can refuse the release without the data, before it is read; returns the
-    ledger to record in. Finishes interrupted releases found in the ledger first."""
-    from dpql.lifetime import ledger_location_error, locked_ledger, recover_ledger
+    inputs: dict[str, Path],
+) -> None:
+    """Everything that can refuse the release without the data, before it is read: every
+    output and the ledger checked against each other and the ``inputs``. Finishes interrupted
+    releases found in the ledger first."""
+    from dpql.lifetime import locked_ledger, recover_ledger
 
-    ledger_file, named, must_exist = resolve_ledger(spec, ledger_path, policy)
-    problem = ledger_location_error(ledger_file, must_exist=must_exist, named_by=named)
-    errors = [problem] if problem is not None else []
-    errors += [d for d in output_location_errors(spec, targets, force=True) if d.code == "E613"]
+    ledger_file, policy = choice.ledger, choice.policy
+    errors = output_location_errors(spec, targets, force=True, ledger=ledger_file, inputs=inputs)
     if errors:
         raise DiagnosticError(errors)
     with locked_ledger(ledger_file) as locked:  # E005/E020: never extend a corrupt ledger
@@ -273,8 +331,7 @@ def _preflight(
     if errors:
         raise DiagnosticError(errors)
     if policy is not None:
-        _enforce_policy(spec, plan, policy, ledger_file)
-    return ledger_file
+        _enforce_policy(spec, plan, policy, ledger_file, data=choice.data)
 
 
 class _Clock:
@@ -318,3 +375,31 @@ def _check_signing_key(path: Path) -> None:
         load_private_key(Path(path))
     except SigningError as exc:
         raise DiagnosticError([Diagnostic("V045", str(exc), SourcePos(str(path)))]) from None
+
+
+def _refuse_outputs_on_inputs(
+    spec: LoadedSpec, targets: dict[str, Path], ledger: Path | None, inputs: dict[str, Path]
+) -> None:
+    """E613/E618/E619 for the outputs and the ledger the spec or ``--ledger`` names, before
+    the ledger is looked up and read (a ledger that is the data file is never opened)."""
+    if ledger is None and spec.model.output.ledger:
+        ledger = spec.resolve(spec.model.output.ledger)
+    elif ledger is not None:
+        ledger = Path(ledger).absolute()
+    errors = output_location_errors(spec, targets, force=True, ledger=ledger, inputs=inputs)
+    if errors:
+        raise DiagnosticError(errors)
+
+
+def _refuse_public_copies(spec: LoadedSpec, private: Any) -> None:
+    """E122 before anything is measured when a public input file has the data file's bytes
+    (:func:`dpql.spec.files.public_copies_of_data`; the same path or inode is refused at load).
+    The data file's hash is the one the data layer computed when it opened the file."""
+    from dpql.spec.files import public_copies_of_data
+
+    digest = private.curator_summary().log.sha256
+    if not digest:
+        return
+    errors = public_copies_of_data(spec.model, spec.doc, spec.path.parent, digest)
+    if errors:
+        raise DiagnosticError(errors)

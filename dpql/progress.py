@@ -12,20 +12,20 @@ Progress = Callable[[str, int, int], None]
 
 
 def progress_bars(
-    console: Any,
+    console: Any, timings: bool = True
 ) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
     """Progress bars per phase on ``console`` (stderr): ``update(phase, step, total)`` and
-    ``stop()``."""
+    ``stop()``; each bar shows its elapsed time only with ``timings``."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(
+    columns: list[Any] = [
         TextColumn("{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
+    ]
+    if timings:
+        columns.append(TimeElapsedColumn())
+    bar = Progress(*columns, console=console, transient=False)
     tasks: dict[str, Any] = {}
     bar.start()
 
@@ -38,13 +38,14 @@ def progress_bars(
 
 
 def plain_progress(
-    prefix: str, stream: TextIO | None = None, every: float = 5.0
+    prefix: str, stream: TextIO | None = None, every: float = 5.0, timings: bool = True
 ) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
     """Progress as plain lines, for a stderr that is not a terminal (logs, CI), e.g.
-    ``compile: rap.rounds 12/30, 2.1 s, about 3.2 s left``: a line when a phase starts, at most
-    one every ``every`` seconds while it runs, and one when it ends. Each line is printed whole
-    (never wrapped). Phases run one after another: a phase's clock starts at the previous
-    update of any phase. Returns ``update(phase, step, total)`` and ``stop()``."""
+    ``compile: rap.rounds 12/30`` (with ``timings``: ``compile: rap.rounds 12/30, 2.1 s, about
+    3.2 s left``): a line when a phase starts, at most one every ``every`` seconds while it
+    runs, and one when it ends. Each line is printed whole (never wrapped). Phases run one after
+    another: a phase's clock starts at the previous update of any phase. Returns
+    ``update(phase, step, total)`` and ``stop()``."""
     start: dict[str, float] = {}
     last: dict[str, float] = {}
     ended: set[str] = set()
@@ -60,8 +61,10 @@ def plain_progress(
             return
         last[phase] = now
         elapsed = now - start[phase]
-        line = f"{prefix}: {phase} {done}/{total}, {elapsed:.1f} s"
-        if 0 < done < total:
+        line = f"{prefix}: {phase} {done}/{total}"
+        if timings:
+            line += f", {elapsed:.1f} s"
+        if timings and 0 < done < total:
             line += f", about {elapsed / done * (total - done):.1f} s left"
         if finished:
             ended.add(phase)

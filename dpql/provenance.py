@@ -138,7 +138,7 @@ def build_record(
     """
     delta = float(budget["delta"])
     accounted = epsilon_from_events(ledger.events, delta)
-    # rho only when every event is zCDP: DP-SGD and external events have none (issue 14 item 5)
+    # rho only when every event is zCDP: DP-SGD and external events have none
     spent = {"epsilon": accounted.epsilon, "delta": delta, "rho": accounted.rho}
     return {
         "dpql_provenance": RECORD_VERSION,
@@ -234,8 +234,28 @@ def read_record_bytes(path: Path) -> bytes:
         raise RecordUnreadable(f"cannot read {path}: {exc}") from None
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key if len(key) <= 60 else key[:57] + "..."
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; :class:`_DuplicateKey` if a key repeats (Python's
+    parser keeps the last value, others the first: a record must not mean two things)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
 def parse_record(raw: bytes, name: Path | str) -> Any:
-    """The JSON value of a record's bytes: UTF-8, nesting the parser can take. ``NaN``,
+    """The JSON value of a record's bytes: UTF-8, nesting the parser can take, no object with
+    a key twice (:class:`RecordUnreadable`: parsers differ on which value they keep). ``NaN``,
     ``Infinity``, numbers that overflow and integers of too many digits are kept as non-finite
     floats for :func:`number_problems` to report where they are. Raises
     :class:`RecordUnreadable`."""
@@ -246,7 +266,12 @@ def parse_record(raw: bytes, name: Path | str) -> Any:
             f"{name} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
     try:
-        return json.loads(text, parse_int=_parse_int)
+        return json.loads(text, parse_int=_parse_int, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise RecordUnreadable(
+            f"{name} has the key {exc.key!r} twice in one object: parsers disagree on which "
+            "value such a record holds"
+        ) from None
     except json.JSONDecodeError as exc:
         raise RecordUnreadable(
             f"{name} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"

@@ -32,8 +32,8 @@ def _object(
 
 
 # The postprocess keys every record has; the later ones (prior_rows, ess_floor, shrink,
-# resampling_shift_sd, measure_error_sd_*, workload, boxes, policy, roles) are optional so older
-# records still verify.
+# resampling_shift_sd, measure_error_sd_*, workload, boxes, policy, roles) are optional so records
+# written before they existed still verify.
 _POSTPROCESS_REQUIRED = [
     "method", "solver", "measures", "noise_sigma", "iterations", "gamma", "projection_distance",
     "kkt_violation", "kl_from_synthetic", "effective_sample_size", "sampling_seed", "lambda",
@@ -49,6 +49,24 @@ _WORKLOAD_ERRORS = {
         ("max_abs_error", _NONNEG),
         ("mean_error_sd", _NULLABLE_NUMBER),
     )
+}
+
+
+# The rows the released table describes (``dpql.population``): every row, or the complete cases
+# of the ``missing: drop`` columns, with the DP estimate of their share of the public n.
+_POPULATION = {
+    **_object(
+        {
+            "rows": {"enum": ["all", "complete cases"]},
+            "describes": {"type": "string"},
+            "complete_in": {"type": "array", "items": {"type": "string"}},
+            "kept_share": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+            "kept_share_sd": {"type": ["number", "null"], "minimum": 0},
+        }
+    ),
+    "description": "The population the table describes: all rows, or the rows where every "
+    "missing: drop column is present (complete cases), with the DP estimate of their share of "
+    "the public row count (post-processing of the measured marginals' totals) and its sd.",
 }
 
 
@@ -363,7 +381,13 @@ def record_schema() -> dict[str, Any]:
                     },
                 },
                 "output": _object(
-                    {"file": {"type": "string"}, "sha256": sha, "rows": {"type": "integer"}}
+                    {
+                        "file": {"type": "string"},
+                        "sha256": sha,
+                        "rows": {"type": "integer"},
+                        "population": _POPULATION,
+                    },
+                    ["file", "sha256", "rows"],  # population: optional, so older records verify
                 ),
                 "signature": signature,
             },

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from test_iproj_support import DOMAIN, ExactOracle, make_table
+from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
@@ -29,8 +29,6 @@ from dpql.plan.ir import (
 from dpql.plan.requirements import expand_requirements, product_query
 from dpql.postprocess import accept, iproj, risk, run
 
-REAL = make_table(8000, seed=1)
-SYN = make_table(4000, seed=2, shift=0.5)
 LOGIT = ModelRequirement(
     "logistic", "income", ("age", "hours", "sex", "job"), Tolerance(within=0.5), text="logit"
 )
@@ -50,41 +48,41 @@ def test_verdict_rules() -> None:
     assert accept.bound_verdict(0.10, 0.12, "<=", 0.2) == "pass"
 
 
-def test_fitted_model_scores_match_sklearn() -> None:
-    q = accept.fit_model(LOGIT, SYN)
+def test_fitted_model_scores_match_sklearn(syn) -> None:
+    q = accept.fit_model(LOGIT, syn)
     assert len(q.coef) == 2 and len(q.coef[0]) == 1 + 1 + 2 + 3
     from sklearn.linear_model import LogisticRegression
 
-    X = design_matrix(LOGIT.features, SYN)
-    ref = LogisticRegression(max_iter=2000, random_state=0).fit(X, SYN.codes["income"])
-    assert answer(q, SYN)[0] == pytest.approx(ref.score(X, SYN.codes["income"]))
-    lin = accept.fit_model(LINEAR, SYN)
+    X = design_matrix(LOGIT.features, syn)
+    ref = LogisticRegression(max_iter=2000, random_state=0).fit(X, syn.codes["income"])
+    assert answer(q, syn)[0] == pytest.approx(ref.score(X, syn.codes["income"]))
+    lin = accept.fit_model(LINEAR, syn)
     pred = np.clip(
-        design_matrix(LINEAR.features, SYN) @ np.asarray(lin.coef[0]) + lin.intercept[0], 0, 1
+        design_matrix(LINEAR.features, syn) @ np.asarray(lin.coef[0]) + lin.intercept[0], 0, 1
     )
-    assert answer(lin, SYN)[0] == pytest.approx(np.mean((SYN.scaled["hours"] - pred) ** 2))
+    assert answer(lin, syn)[0] == pytest.approx(np.mean((syn.scaled["hours"] - pred) ** 2))
 
 
-def test_models_are_measured_in_one_release_with_known_sigma() -> None:
-    oracle = ExactOracle(REAL, seed=7)
+def test_models_are_measured_in_one_release_with_known_sigma(real, syn) -> None:
+    oracle = ExactOracle(real, seed=7)
     rho = 2.0
-    res = accept.accept_models([LOGIT, LINEAR], SYN, oracle, rho)
+    res = accept.accept_models([LOGIT, LINEAR], syn, oracle, rho)
     (event,) = oracle.ledger.events
     assert event.phase == "accept" and event.count == 2
-    assert event.l2_sensitivity == pytest.approx(math.sqrt(2) / REAL.n)
+    assert event.l2_sensitivity == pytest.approx(math.sqrt(2) / real.n)
     logit, lin = res
     assert logit.sigma == pytest.approx(event.noise_scale)
-    true_acc = answer(accept.fit_model(LOGIT, SYN), REAL)[0]
+    true_acc = answer(accept.fit_model(LOGIT, syn), real)[0]
     assert abs(logit.real_noisy - true_acc) < 5 * logit.sigma
-    true_rmse = 98 * math.sqrt(answer(accept.fit_model(LINEAR, SYN), REAL)[0])
+    true_rmse = 98 * math.sqrt(answer(accept.fit_model(LINEAR, syn), real)[0])
     assert lin.metric == "rmse" and lin.real_noisy == pytest.approx(true_rmse, rel=0.01)
     assert logit.verdict == "pass" and lin.verdict == "pass"
     assert math.isnan(logit.synthetic_before)  # no pre-post-processing table was given
     json.dumps([r.to_json() for r in res])
 
 
-def test_tolerances_fail_and_bound_metrics() -> None:
-    oracle = ExactOracle(REAL, seed=8)
+def test_tolerances_fail_and_bound_metrics(real, syn) -> None:
+    oracle = ExactOracle(real, seed=8)
     tight = ModelRequirement("logistic", "income", LOGIT.features, Tolerance(within=1e-4))
     low = ModelRequirement(
         "logistic", "income", LOGIT.features, Tolerance(metric="accuracy", op=">=", bound=0.3)
@@ -92,49 +90,49 @@ def test_tolerances_fail_and_bound_metrics() -> None:
     high = ModelRequirement(
         "logistic", "income", LOGIT.features, Tolerance(metric="accuracy", op=">=", bound=0.999)
     )
-    res = accept.accept_models([tight, low, high], SYN, oracle, 50.0)
+    res = accept.accept_models([tight, low, high], syn, oracle, 50.0)
     assert abs(res[0].synthetic_after - res[0].real_noisy) > 10 * res[0].sigma  # shifted data
     assert [r.verdict for r in res] == ["fail", "pass", "fail"]
 
 
-def test_auc_is_rejected_with_the_reason() -> None:
+def test_auc_is_rejected_with_the_reason(real, syn) -> None:
     auc = ModelRequirement(
         "logistic", "income", ("age",), Tolerance(metric="auc", op=">=", bound=0.5), text="a"
     )
     (d,) = accept.plan_diagnostics(auc)
     assert d.code == "E505" and d.severity == "error" and "pairwise" in d.message
     assert "accuracy, f1" in (d.hint or "")
-    oracle = ExactOracle(REAL, seed=9)
+    oracle = ExactOracle(real, seed=9)
     with pytest.raises(DiagnosticError) as e:
-        accept.accept_models([auc], SYN, oracle, 1.0)
+        accept.accept_models([auc], syn, oracle, 1.0)
     assert e.value.codes == ["E505"] and not oracle.ledger.events  # nothing was spent
 
 
-def test_f1_is_measured_from_accuracy_and_true_positives() -> None:
+def test_f1_is_measured_from_accuracy_and_true_positives(real, syn) -> None:
     """F1 = 2 TP / (1 + 2 TP - acc): two counting queries of the fitted model on the real table."""
     from sklearn.metrics import f1_score
 
     req = ModelRequirement(
         "logistic", "income", LOGIT.features, Tolerance(metric="f1", op=">=", bound=0.2)
     )
-    q = accept.fit_model(req, SYN)
+    q = accept.fit_model(req, syn)
     tp = accept.true_positive_query(q)
-    scores = design_matrix(q.features, REAL) @ np.asarray(q.coef).T + np.asarray(q.intercept)
-    pred, y = np.argmax(scores, axis=1), REAL.codes["income"]
-    assert answer(tp, REAL)[0] == pytest.approx(np.mean((pred == 1) & (y == 1)))
+    scores = design_matrix(q.features, real) @ np.asarray(q.coef).T + np.asarray(q.intercept)
+    pred, y = np.argmax(scores, axis=1), real.codes["income"]
+    assert answer(tp, real)[0] == pytest.approx(np.mean((pred == 1) & (y == 1)))
     exact = f1_score(y, pred)
-    assert accept.metric_value("f1", [answer(q, REAL)[0], answer(tp, REAL)[0]]) == pytest.approx(
+    assert accept.metric_value("f1", [answer(q, real)[0], answer(tp, real)[0]]) == pytest.approx(
         exact
     )
-    oracle = ExactOracle(REAL, seed=12)
-    (res,) = accept.accept_models([req], SYN, oracle, 20.0)
+    oracle = ExactOracle(real, seed=12)
+    (res,) = accept.accept_models([req], syn, oracle, 20.0)
     (event,) = oracle.ledger.events
-    assert event.count == 2 and event.l2_sensitivity == pytest.approx(math.sqrt(2) / REAL.n)
+    assert event.count == 2 and event.l2_sensitivity == pytest.approx(math.sqrt(2) / real.n)
     assert res.metric == "f1" and 0 < res.sigma < 0.01
     assert abs(res.real_noisy - exact) < 5 * res.sigma
-    assert res.synthetic_after == pytest.approx(f1_score(SYN.codes["income"], _predict(q, SYN)))
+    assert res.synthetic_after == pytest.approx(f1_score(syn.codes["income"], _predict(q, syn)))
     assert res.verdict == ("pass" if exact - 2 * res.sigma > 0.2 else "inconclusive")
-    assert acceptance.acceptance_queries(req) == 2
+    assert acceptance.acceptance_queries(req, real.domain) == 2
 
 
 def _predict(q, table) -> np.ndarray:
@@ -142,20 +140,20 @@ def _predict(q, table) -> np.ndarray:
     return np.argmax(s, axis=1)
 
 
-def test_r2_reuses_the_label_moments_of_the_iproj_measurements() -> None:
+def test_r2_reuses_the_label_moments_of_the_iproj_measurements(real, syn) -> None:
     within = ModelRequirement("linear", "hours", ("age", "x", "job"), Tolerance(within=0.5))
-    ev = _postprocessed([within])
+    ev = _postprocessed(real, syn, [within])
     q = accept.fit_model(within, ev.table)
-    u = REAL.scaled["hours"]
-    pred = np.clip(design_matrix(q.features, REAL) @ np.asarray(q.coef[0]) + q.intercept[0], 0, 1)
+    u = real.scaled["hours"]
+    pred = np.clip(design_matrix(q.features, real) @ np.asarray(q.coef[0]) + q.intercept[0], 0, 1)
     exact = 1 - np.mean((u - pred) ** 2) / np.var(u)
-    oracle = ExactOracle(REAL, seed=13)
-    (res,) = accept.accept_models([within], ev.table, oracle, 5.0, evidence=ev, before=SYN)
+    oracle = ExactOracle(real, seed=13)
+    (res,) = accept.accept_models([within], ev.table, oracle, 5.0, evidence=ev, before=syn)
     (event,) = oracle.ledger.events
     assert event.count == 1  # E u and E(u - 1/2)^2 come from the I-projection release
     assert res.metric == "r2" and abs(res.real_noisy - exact) < 5 * res.sigma
     assert 0 < res.sigma < 0.05 and math.isfinite(res.synthetic_before)
-    alone = ExactOracle(REAL, seed=14)
+    alone = ExactOracle(real, seed=14)
     (res2,) = accept.accept_models([within], ev.table, alone, 5.0)
     assert alone.ledger.events[0].count == 3  # no evidence: the moments join the release
     assert abs(res2.real_noisy - exact) < 5 * res2.sigma
@@ -187,7 +185,7 @@ def test_predicted_sd_matches_monte_carlo_at_the_prior(metric: str) -> None:
     s_measure, s_test = 1e-3, 2e-3
     pred = acceptance.predicted_sd(req, s_measure, s_test, DOMAIN)
     parts = np.asarray(acceptance._PRIOR_PARTS[metric])
-    k = acceptance.acceptance_queries(req)
+    k = acceptance.acceptance_queries(req, DOMAIN)
     sig = np.array([s_test] * k + [s_measure] * (parts.size - k))
     rng = np.random.default_rng(1)
     span = 98.0 if model == "linear" else 1.0
@@ -234,14 +232,16 @@ def test_even_quadratic_is_minimax(a: float, digest: float) -> None:
     assert 0.75 * digest < eps <= digest
 
 
-def _postprocessed(reqs: list, rho: float = 5.0, seed: int = 3) -> iproj.IProjResult:
+def _postprocessed(
+    real, syn, reqs: list, rho: float = 5.0, seed: int = 3
+) -> iproj.IProjResult:
     rm = expand_requirements(reqs, DOMAIN)
-    m = iproj.measure(rm.queries, ExactOracle(REAL, seed=seed), rho, label="reqs")
-    return iproj.iproject(SYN, m, seed=seed)
+    m = iproj.measure(rm.queries, ExactOracle(real, seed=seed), rho, label="reqs")
+    return iproj.iproject(syn, m, seed=seed)
 
 
-def test_linear_bound_covers_the_observed_loss_gap() -> None:
-    ev = _postprocessed([LINEAR])
+def test_linear_bound_covers_the_observed_loss_gap(real, syn) -> None:
+    ev = _postprocessed(real, syn, [LINEAR])
     q = accept.fit_model(LINEAR, ev.table)
     bound = accept.excess_risk_bound(LINEAR, q, ev)
     assert bound is not None and bound.rho > 0 and "not the accuracy" in bound.assumptions
@@ -250,44 +250,45 @@ def test_linear_bound_covers_the_observed_loss_gap() -> None:
         s = design_matrix(LINEAR.features, t) @ np.asarray(q.coef[0]) + q.intercept[0]
         return float(np.mean((t.scaled["hours"] - s) ** 2))
 
-    assert abs(loss(REAL) - loss(ev.table)) <= bound.value / 2
+    assert abs(loss(real) - loss(ev.table)) <= bound.value / 2
     # rho bounds every raw moment's gap (E f and E fg, though fg is measured centred), w.p. 95%
     factors = [("age", None), ("x", None), ("hours", None)]
     factors += [("job", k) for k in range(1, DOMAIN.card("job"))]  # not the reference level
     raw = [product_query([f, g]) for f, g in itertools.product(factors, repeat=2)]
     raw = [r for r in raw if not isinstance(r, float)]
-    gap = np.abs(np.concatenate(answer_all(raw, REAL)) - np.concatenate(answer_all(raw, ev.table)))
+    gap = np.abs(np.concatenate(answer_all(raw, real)) - np.concatenate(answer_all(raw, ev.table)))
     assert gap.max() <= bound.rho
     lb = accept.excess_risk_bound(LOGIT, accept.fit_model(LOGIT, ev.table), ev)
     assert lb is None  # the logistic requirement's moments were not measured
 
 
-def test_moment_acceptance_reports_noisy_before_after() -> None:
+def test_moment_acceptance_reports_noisy_before_after(real, syn) -> None:
     corr = CorrRequirement("age", "hours", Tolerance(within=0.05), text="corr(age, hours)")
     mean = MeanRequirement("hours", CatIn("sex", frozenset({0})), Tolerance(within=1.0), text="m")
-    ev = _postprocessed([corr, mean])
-    true = np.corrcoef(REAL.scaled["age"], REAL.scaled["hours"])[0, 1]
+    ev = _postprocessed(real, syn, [corr, mean])
+    true = np.corrcoef(real.scaled["age"], real.scaled["hours"])[0, 1]
     c, m = (accept.accept_moment(r, ev) for r in (corr, mean))
     assert abs(c.real_noisy - true) < 5 * c.sigma and c.sigma > 0
     assert c.verdict == "pass"  # resampling noise (not the tilt) dominates the corr gap here
     assert abs(m.synthetic_after - m.real_noisy) < 0.2 * abs(m.synthetic_before - m.real_noisy)
     assert m.verdict == "pass"
-    female = 1 + 98 * REAL.scaled["hours"][REAL.codes["sex"] == 0]
+    female = 1 + 98 * real.scaled["hours"][real.codes["sex"] == 0]
     assert abs(m.real_noisy - female.mean()) < 5 * m.sigma
     other = accept.accept_moment(CorrRequirement("age", "x", Tolerance(within=0.1)), ev)
     assert other.verdict == "inconclusive" and "not measured" in other.note
     json.dumps([c.to_json(), m.to_json(), other.to_json()])
 
 
-def test_run_postprocess_spends_the_two_planned_phases() -> None:
+@pytest.mark.slow
+def test_run_postprocess_spends_the_two_planned_phases(real, syn) -> None:
     reqs = (LOGIT, CorrRequirement("age", "hours", Tolerance(within=0.05)))
     plan = SimpleNamespace(
         measures=expand_requirements(reqs, DOMAIN),
         requirements=reqs,
         phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
     )
-    oracle = ExactOracle(REAL, seed=11)
-    out = run.run_postprocess(plan, oracle, SYN, seed=4)
+    oracle = ExactOracle(real, seed=11)
+    out = run.run_postprocess(plan, oracle, syn, seed=4)
     assert [e.phase for e in oracle.ledger.events] == ["iproj.measure", "accept"]
     assert sum(e.rho for e in oracle.ledger.events) == pytest.approx(1.5)
     js = json.loads(json.dumps(out.to_json()))
@@ -308,7 +309,7 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
                if isinstance(q, CentredProduct) and q.centres != (0.5, 0.5)]  # fmt: skip
     assert len(centred) == 3
     assert len(out.iproj.queries) == len(plan.measures.queries) == 1 + 5
-    exact = np.concatenate(answer_all(out.iproj.queries, REAL))
+    exact = np.concatenate(answer_all(out.iproj.queries, real))
     if any(r.role == "constrained" for r in out.roles):  # moved toward the real table
         assert np.abs(out.iproj.after - exact).max() < np.abs(out.iproj.before - exact).max()
     else:  # every requirement inside its band or without room: the table does not move
@@ -320,7 +321,7 @@ def test_run_postprocess_spends_the_two_planned_phases() -> None:
 # Edge cases: a clear warning or an inconclusive verdict with a note, never a silent answer
 
 
-def test_contradictory_mean_targets_are_reported_and_not_passed() -> None:
+def test_contradictory_mean_targets_are_reported_and_not_passed(real, syn) -> None:
     """Two mean requirements on one column whose measured targets are disjoint (the same
     statistic, written two ways): no reweighting meets both, so the I-projection warns (W504),
     reports the distance and the verdicts fail."""
@@ -328,24 +329,24 @@ def test_contradictory_mean_targets_are_reported_and_not_passed() -> None:
     plain = MeanRequirement("hours", TruePred(), Tolerance(within=1.0), text="mean(hours)")
     again = MeanRequirement("hours", both, Tolerance(within=1.0), text="mean(hours | any sex)")
     rm = expand_requirements([plain, again], DOMAIN)
-    noisy = np.concatenate(answer_all(rm.queries, REAL))
+    noisy = np.concatenate(answer_all(rm.queries, real))
     noisy[rm.queries.index(Moment(("hours",)))] -= 0.05  # 4.9 hours below the truth
     noisy[rm.queries.index(Moment(("hours",), both))] += 0.05  # 4.9 hours above
-    ev = iproj.iproject(SYN, iproj.Measurement(rm.queries, noisy, 1e-3, 1.0, REAL.n), seed=1)
+    ev = iproj.iproject(syn, iproj.Measurement(rm.queries, noisy, 1e-3, 1.0, real.n), seed=1)
     assert "W504" in [d.code for d in ev.diagnostics]
     assert ev.projection_distance > 0.05
     a, b = accept.accept_moment(plain, ev), accept.accept_moment(again, ev)
     assert abs(a.real_noisy - b.real_noisy) > 9.0  # disjoint targets, each +- ~0.1
     assert a.verdict == b.verdict == "fail"
-    true_mean = 1 + 98 * REAL.scaled["hours"].mean()
+    true_mean = 1 + 98 * real.scaled["hours"].mean()
     assert abs(a.synthetic_after - true_mean) < 1.0  # the table went to the consistent middle
 
 
-def test_constant_column_gives_a_warning_and_an_inconclusive_note() -> None:
-    const = EncodedTable(DOMAIN, SYN.codes, {**SYN.scaled, "x": np.full(SYN.n, 0.5)})
+def test_constant_column_gives_a_warning_and_an_inconclusive_note(real, syn) -> None:
+    const = EncodedTable(DOMAIN, syn.codes, {**syn.scaled, "x": np.full(syn.n, 0.5)})
     req = CorrRequirement("age", "x", Tolerance(within=0.5), text="corr(age, x)")
     rm = expand_requirements([req], DOMAIN)
-    m = iproj.measure(rm.queries, ExactOracle(REAL, seed=2), 5.0, label="reqs")
+    m = iproj.measure(rm.queries, ExactOracle(real, seed=2), 5.0, label="reqs")
     ev = iproj.iproject(const, m, seed=0)
     assert "W502" in [d.code for d in ev.diagnostics]
     res = accept.accept_moment(req, ev)
@@ -354,25 +355,26 @@ def test_constant_column_gives_a_warning_and_an_inconclusive_note() -> None:
     assert res.to_json()["synthetic_after"] is None  # JSON has no NaN
 
 
-def test_one_distinct_row_and_nan_rows_through_the_acceptance_path() -> None:
+@pytest.mark.slow
+def test_one_distinct_row_and_nan_rows_through_the_acceptance_path(real, syn) -> None:
     reqs = (LOGIT, CorrRequirement("age", "hours", Tolerance(within=0.5), text="corr"))
     plan = SimpleNamespace(
         measures=expand_requirements(reqs, DOMAIN),
         requirements=reqs,
         phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
     )
-    one = iproj.take(SYN, np.zeros(50, dtype=int))
-    out = run.run_postprocess(plan, ExactOracle(REAL, seed=15), one, seed=0)
+    one = iproj.take(syn, np.zeros(50, dtype=int))
+    out = run.run_postprocess(plan, ExactOracle(real, seed=15), one, seed=0)
     assert "W501" in [d["code"] for d in out.summary_json()["diagnostics"]]
     model, corr = out.acceptance
     assert corr.verdict == "inconclusive" and "undefined" in corr.note
     assert model.synthetic_before == model.synthetic_after  # nothing could move
     assert model.excess_risk_bound is None or model.excess_risk_bound.vacuous
 
-    scaled = {**SYN.scaled, "age": SYN.scaled["age"].copy()}
+    scaled = {**syn.scaled, "age": syn.scaled["age"].copy()}
     scaled["age"][:25] = np.nan
-    nan_table = EncodedTable(DOMAIN, SYN.codes, scaled)
-    out = run.run_postprocess(plan, ExactOracle(REAL, seed=16), nan_table, seed=0)
+    nan_table = EncodedTable(DOMAIN, syn.codes, scaled)
+    out = run.run_postprocess(plan, ExactOracle(real, seed=16), nan_table, seed=0)
     assert "W503" in [d["code"] for d in out.summary_json()["diagnostics"]]
     assert np.isfinite(out.table.scaled["age"]).all()
     model, corr = out.acceptance

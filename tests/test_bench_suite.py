@@ -58,6 +58,7 @@ def small_table(suite, tmp_path: Path):
     return table, data, suite.Evaluator(spec0, data)
 
 
+@pytest.mark.slow
 def test_runner_dpql_and_independent_on_a_small_generated_table(suite, tmp_path):
     table, data, evaluator = small_table(suite, tmp_path)
     settings = suite.settings_of(suite.parse(["--quick"]))
@@ -83,6 +84,7 @@ def test_runner_dpql_and_independent_on_a_small_generated_table(suite, tmp_path)
     assert "| bn_small | 1 | dpql | 1 |" in text and "independent" in text
 
 
+@pytest.mark.slow
 def test_runner_mst_and_aim_on_a_small_generated_table(suite, tmp_path):
     pytest.importorskip("mbi")  # the bench extra, not the test extra
     table, data, evaluator = small_table(suite, tmp_path)

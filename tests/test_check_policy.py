@@ -129,17 +129,25 @@ def test_lifetime_budget_uses_basic_composition(tmp_path: Path) -> None:
     assert check_policy(spec, policy, ledger_path=other) == []  # an explicit ledger wins
 
 
-def test_a_missing_or_unusable_policy_ledger_is_an_error(tmp_path: Path) -> None:
-    """A typo in the policy's ledger path must not read as "no earlier releases" (E615); a
-    directory or BOM-prefixed ledger is refused with a located error too."""
+def test_a_typo_in_the_policy_ledger_or_an_unusable_ledger_is_an_error(tmp_path: Path) -> None:
+    """A policy ledger that does not exist yet holds no release, unless the releases are in
+    another ledger beside the policy or the spec: a typo in the policy's ledger path must not
+    read as "no earlier releases" (E616 names the real one); a directory or BOM-prefixed ledger
+    is refused with a located error too."""
+    from dpql.project import choose_ledger
+
     spec, policy = _setup(tmp_path)
     ledger = policy.ledger_path
     assert ledger is not None
     ledger.unlink()
+    assert check_policy(spec, policy) == [] and choose_ledger(spec).records == ()
+    real = tmp_path / "privacy-ledger.jsonl"
+    real.write_text(_record(0.5).model_dump_json() + "\n", encoding="utf-8")
     with pytest.raises(DiagnosticError) as e:
-        check_policy(spec, policy)
+        choose_ledger(spec)
     (d,) = e.value.diagnostics
-    assert d.code == "E615" and "does not exist" in d.message and "touch" in (d.hint or "")
+    assert d.code == "E616" and str(real) in d.message and f"cat {real} >> {ledger}" in d.hint
+    real.unlink()
     ledger.mkdir()
     with pytest.raises(DiagnosticError) as e:
         check_policy(spec, policy)
@@ -158,14 +166,15 @@ def test_lifetime_composes_rdp_curves_not_rhos() -> None:
     curve = planned_curve(rho, delta)
     this = ReleaseBudget(epsilon=eps, delta=delta, rho=rho, rdp=curve)
     records = [_record(eps, rho=rho, rdp=curve), _record(eps, rho=rho, rdp=curve)]
-    budget = lifetime_budget(2.5 * eps, records, this)
+    assert lifetime_budget(2.5 * eps, records, this).exceeded  # basic composition by default
+    budget = lifetime_budget(2.5 * eps, records, this, composition="rdp")
     assert budget.basic_epsilon == pytest.approx(3 * eps) and not budget.exceeded
     assert eps_from_rho(3 * rho, delta) <= budget.total_epsilon < 2.5 * eps
     assert "RDP composition" in budget.describe()
     # records with only a rho (no curve) compose by basic composition: rho is never trusted
     bare = [_record(eps, rho=rho), _record(eps, rho=rho)]
-    assert lifetime_budget(2.5 * eps, bare, this).total_epsilon == pytest.approx(3 * eps)
-    assert lifetime_budget(2.5 * eps, bare, this).exceeded
+    rdp = lifetime_budget(2.5 * eps, bare, this, composition="rdp")
+    assert rdp.total_epsilon == pytest.approx(3 * eps) and rdp.exceeded
 
 
 def test_zcdp_conversion_matches_the_closed_form() -> None:

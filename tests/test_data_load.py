@@ -1,4 +1,5 @@
-"""Reading data files (dpql.data.load): formats, fingerprints and file-level errors."""
+"""Reading data files (dpql.data.load): formats, fingerprints, file-level errors, and records
+that are never errors (malformed ones become rows of empty cells)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from adult_domain import adult_domain, adult_rows
 
 from dpql.codec import Fill
-from dpql.data.load import load_table, ragged_row_error, rules_from_spec
+from dpql.data.load import load_public_table, load_table, read_csv_text, rules_from_spec
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
 
@@ -62,8 +63,7 @@ def test_csv_cells_are_never_type_guessed(tmp_path: Path) -> None:
     [
         ("empty.csv", "", "E403"),
         ("header.csv", "x,c\n", "E403"),
-        ("ragged.csv", "x,c\n1,a\n2,b,zzz\n", "E409"),
-        ("latin1.csv", "x,c\n1,\xe9\n".encode("latin-1"), "E409"),
+        ("latin1.csv", "x,\xe9\n1,a\n".encode("latin-1"), "E409"),  # the header
         ("bad.csv.gz", b"not gzip at all", "E409"),
         ("bad.parquet", b"PAR1 nonsense", "E409"),
         ("d.xlsx", CSV, "E402"),
@@ -77,15 +77,14 @@ def test_file_level_errors(tmp_path: Path, name: str, content: str | bytes, code
     assert err.value.diagnostics[0].pos.file.endswith(name)
 
 
-def test_a_ragged_row_is_reported_at_its_line(tmp_path: Path) -> None:
-    for body in ("x,c\n1,a\n\n2,b,zzz\n", "x,c\n1,a\n2,b,zzz\n3,a\n"):
-        path = write(tmp_path, "r.csv", body)
-        with pytest.raises(DiagnosticError) as err:
-            load_table(path, DOMAIN)
-        pos = err.value.diagnostics[0].pos
-        assert pos is not None and pos.line == body.splitlines().index("2,b,zzz") + 1
-        assert "has 3 fields, the header has 2" in err.value.diagnostics[0].message
-    assert ragged_row_error(write(tmp_path, "ok.csv", 'x,c\n1,"a,b"\n\n2,b\n')) is None
+def test_a_malformed_record_is_a_row_of_empty_cells(tmp_path: Path) -> None:
+    body = b'x,c\n1,a\n\n2,b,zzz\n3\n4,\xe9\n5,"a,b"\n6,b\n'
+    text = read_csv_text(write(tmp_path, "r.csv", body))
+    assert text.malformed.tolist() == [2, 3, 4]  # data rows; the blank line is no record
+    assert text.frame.iloc[1:4].isna().all().all() and len(text.frame) == 6
+    r = load_table(tmp_path / "r.csv", DOMAIN, missing={"x": Fill(0.0), "c": Fill("a")})
+    assert r.table.n == 6 and r.curator_log.malformed_rows == 3
+    assert r.curator_log.undeclared == {"c": 1}  # "a,b" is one (undeclared) cell
 
 
 def test_unreadable_paths(tmp_path: Path) -> None:
@@ -95,21 +94,11 @@ def test_unreadable_paths(tmp_path: Path) -> None:
         assert err.value.codes == ["E401"]
 
 
-def test_cell_errors_name_the_file_and_line(tmp_path: Path) -> None:
+def test_no_cell_is_an_error_and_no_rows_left_is_a_table(tmp_path: Path) -> None:
     path = write(tmp_path, "d.csv", "x,c\n1,a\n2,z\n")
-    with pytest.raises(DiagnosticError) as err:
-        load_table(path, DOMAIN)
-    pos = err.value.diagnostics[0].pos
-    assert (
-        err.value.codes == ["E405"] and pos is not None and (pos.file, pos.line) == (str(path), 3)
-    )
-
-
-def test_no_rows_left_after_dropping(tmp_path: Path) -> None:
+    assert load_table(path, DOMAIN).table.n == 1  # z: missing; no rule, not nullable: drop
     path = write(tmp_path, "d.csv", "x,c\n,a\n,b\n")
-    with pytest.raises(DiagnosticError) as err:
-        load_table(path, DOMAIN, missing={"x": "drop"})
-    assert err.value.codes == ["E403"]
+    assert load_table(path, DOMAIN, missing={"x": "drop"}).table.n == 0
 
 
 def test_rules_from_spec() -> None:
@@ -127,3 +116,21 @@ def test_adult_train_loads_without_problems() -> None:
     assert r.table.n == adult_rows() == r.curator_log.rows_kept
     assert not (r.curator_log.missing or r.curator_log.undeclared or r.curator_log.clipped_low)
     assert np.all(r.table.scaled["age"] <= 1.0)
+
+
+def test_a_public_table_is_read_strictly(tmp_path: Path) -> None:
+    """An external synthetic table is public: a cell outside the schema is an error (E412)
+    that names the row, the column and the value."""
+    ok = write(tmp_path, "ok.csv", "x,c\n1,a\n7,b\n")
+    assert load_public_table(ok, DOMAIN).table.n == 2
+    for body, said in [
+        ("x,c\n1,a\n7,zz\n", "'c' row 2 holds 'zz'"),
+        ("x,c\n1,a\nabc,b\n", "'x' row 2 holds 'abc'"),
+        ("x,c\n1,a\n,b\n", "'x' row 2 is empty"),
+        ("x,c\n1,a\n70,b\n", "'x' row 2 is above"),
+        ("x,c\n1,a\n7,b,3\n", "row 2 is malformed"),
+    ]:
+        with pytest.raises(DiagnosticError) as err:
+            load_public_table(write(tmp_path, "bad.csv", body), DOMAIN)
+        assert set(err.value.codes) == {"E412"}, body
+        assert said in err.value.diagnostics[0].message, body

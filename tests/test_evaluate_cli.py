@@ -53,6 +53,7 @@ def spec(tmp_path: Path) -> Path:
     return tmp_path / "tiny.release.yaml"
 
 
+@pytest.mark.slow
 def test_evaluate_writes_private_report(spec: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from dpql.cli import main
 
@@ -103,6 +104,7 @@ def test_default_report_is_curator_only_beside_the_release(
         assert folder.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.slow
 def test_progress_lines_when_stderr_is_not_a_terminal(
     spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

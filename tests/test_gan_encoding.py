@@ -94,7 +94,7 @@ def test_float_column_offsets_stay_below_the_next_edge():
     assert t.scaled["score"][-1] == 1.0 and (np.diff(t.scaled["score"]) > 0).all()
 
 
-def test_the_papers_minmax_encoding_is_unchanged_and_the_default():
+def test_the_papers_minmax_encoding_is_unchanged_and_the_paper_presets():
     domain = adult_domain()
     t = random_table(domain, 100, 2)
     paper = sum(c.card if isinstance(c, CategoricalColumn) and c.card > 2 else 1 for c in domain)
@@ -105,7 +105,7 @@ def test_the_papers_minmax_encoding_is_unchanged_and_the_default():
     for c in domain:
         if isinstance(c, NumericColumn):
             np.testing.assert_allclose(back.scaled[c.name], t.scaled[c.name], atol=1e-6)
-    assert GanOptions().encoding == "minmax"
+    assert GanOptions(preset="paper").encoding == "minmax"
     with pytest.raises(ValueError):
         encoding.blocks(domain, "quantile")
 
@@ -124,6 +124,7 @@ def plan_with(tmp_path: Path, share: float):
     return spec, BACKEND.plan(ctx), rho
 
 
+@pytest.mark.slow
 def test_marginal_phase_is_planned_and_the_dpsgd_calibration_composes_it(tmp_path):
     _, plan, rho = plan_with(tmp_path, 0.1)
     first, *dpsgd = plan.lines
@@ -156,6 +157,7 @@ class FakeOracle:
                 for q in queries]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_dp_frequencies_come_from_the_oracle_and_match_the_plans_lines(tmp_path, monkeypatch):
     from dpql.synth.gan import train
 

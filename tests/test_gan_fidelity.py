@@ -64,6 +64,7 @@ def exact(t: EncodedTable, cols: tuple[str, ...]) -> np.ndarray:
 PAIRS = (("sex", "colour"), ("age", "kids"), ("age", "sex"), ("colour", "kids"))
 
 
+@pytest.mark.slow
 def test_relaxed_marginals_of_encoded_rows_are_the_exact_marginals():
     t = correlated(300, 0)
     x = encoding.encode(t, "bins")
@@ -81,6 +82,7 @@ def test_relaxed_marginals_of_encoded_rows_are_the_exact_marginals():
     assert float(fidelity.marginal_loss(logits, maps, PAIRS, targets)) < 1e-8
 
 
+@pytest.mark.slow
 def test_finetuning_on_the_penalty_fits_the_marginals_and_sampling_follows():
     real = correlated(4000, 1)
     cols = tuple((c.name,) for c in DOMAIN) + PAIRS
@@ -118,6 +120,7 @@ def adult_plan(tmp_path: Path, extra: str, rho: float = 0.03, ways: int = 3):
     return spec, workload, BACKEND.plan(ctx)
 
 
+@pytest.mark.slow
 def test_plan_releases_one_way_and_noise_aware_workload_pairs_within_budget(tmp_path):
     spec, workload, plan = adult_plan(tmp_path, "encoding: bins")
     first, *dpsgd = plan.lines
@@ -148,6 +151,7 @@ def test_plan_releases_one_way_and_noise_aware_workload_pairs_within_budget(tmp_
     assert epsilon_from_events([m, *plan.config.events()], 1e-5).epsilon <= 1.0 + 1e-9
 
 
+@pytest.mark.slow
 def test_selection_is_public_and_limited_to_the_workload_and_encoding(tmp_path):
     spec, pairs3, none = adult_plan(tmp_path, "encoding: minmax")
     assert [x.phase for x in none.lines] == ["gan.autoencoder", "gan.generator"]  # share 0
@@ -162,8 +166,8 @@ def test_selection_is_public_and_limited_to_the_workload_and_encoding(tmp_path):
     assert fallback[: len(d)] == ones and len(fallback) > len(d)
     assert all(len(q.columns) == 2 for q in fallback[len(d):])
     assert chosen(pairs3, marginal_ways=1) == ones
-    assert marginal_queries(d, pairs3, GanOptions.from_mapping({"marginal_share": 0.2}),
-                            rho, n) == ones  # minmax: raking only  # fmt: skip
+    minmax = GanOptions.from_mapping({"encoding": "minmax", "marginal_share": 0.2})
+    assert marginal_queries(d, pairs3, minmax, rho, n) == ones  # minmax: raking only
     base = chosen(pairs3)
     assert len(chosen(pairs3, marginal_noise_limit=5.0)) > len(base) > len(ones)
     assert len(chosen(pairs3, marginal_ways=3)) >= len(base)
@@ -172,6 +176,7 @@ def test_selection_is_public_and_limited_to_the_workload_and_encoding(tmp_path):
     assert got == {("age", "sex"), ("age", "race"), ("race", "sex")}  # domain order
 
 
+@pytest.mark.slow
 def test_training_with_marginals_appends_only_the_dpsgd_events_and_samples_codes():
     options = GanOptions.from_mapping({
         "encoding": "bins", "ae_steps": 6, "critic_steps": 6, "ae_batch_size": 20,

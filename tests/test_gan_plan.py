@@ -24,11 +24,34 @@ from dpql.synth.gan import GanOptions, plan_gan
 ADULT_ROWS = 32561
 
 
-def test_defaults_are_the_papers_adult_setting():
+def _example_options() -> dict:
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    text = (root / "adult-gan" / "adult-gan.release.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)["synthesizer"]["options"]
+
+
+def test_defaults_are_the_examples_measured_bins_configuration():
     o = GanOptions()
+    assert o.preset == "default" and o.encoding == "bins"
+    assert o.effective_marginal_share == 0.5 and o.marginal_ways == 2 and o.finetune_steps > 0
+    # every option the GAN example sets (the configuration benchmarks/gan measures) is a default
+    example = _example_options()
+    assert example.pop("marginal_share") == o.effective_marginal_share
+    assert {k: getattr(o, k) for k in example} == example
+
+
+def test_the_paper_preset_is_the_papers_adult_setting_and_spec_values_win():
+    o = GanOptions.from_mapping({"preset": "paper"})
+    assert o.encoding == "minmax" and o.effective_marginal_share == 0.0
     assert (o.ae_batch_size, o.ae_steps, o.ae_clip_norm, o.ae_latent_dim) == (64, 10_000, 0.012, 15)
     assert (o.critic_batch_size, o.critic_steps, o.critic_clip_norm) == (128, 15_000, 0.022)
     assert (o.critic_steps_per_generator_step, o.generator_noise_dim) == (15, 64)
+    mixed = GanOptions.from_mapping({"preset": "paper", "ae_steps": 7, "encoding": "bins"})
+    assert (mixed.ae_steps, mixed.encoding, mixed.critic_steps) == (7, "bins", 15_000)
+    with pytest.raises(ValueError):
+        GanOptions.from_mapping({"preset": "papers"})
 
 
 def test_options_are_the_specs_model_and_every_problem_is_located(tmp_path):
@@ -42,7 +65,9 @@ def test_options_are_the_specs_model_and_every_problem_is_located(tmp_path):
     text = (root / "adult-gan" / "adult-gan.release.yaml").read_text(encoding="utf-8")
     spec = tmp_path / "adult-gan" / "gan.yaml"
     spec.parent.mkdir()
-    bad = text.replace("ae_steps: 1000", "ae_step: 5", 1).replace("ae_batch_size: 256", "ae_batch_size: -1", 1)
+    bad = text.replace("ae_steps: 1000", "ae_step: 5", 1).replace(
+        "ae_batch_size: 256", "ae_batch_size: -1", 1
+    )
     assert bad != text
     spec.write_text(bad, encoding="utf-8")
     with pytest.raises(DiagnosticError) as err:
@@ -82,8 +107,9 @@ def test_fixed_noise_above_the_budget_is_a_planning_error():
     assert err.value.codes == ["gan-over-budget"]
 
 
+@pytest.mark.slow
 def test_calibrated_plan_spends_the_budget_with_the_releases_other_events():
-    options = GanOptions(ae_steps=300, critic_steps=400)
+    options = GanOptions(preset="paper", ae_steps=300, critic_steps=400)
     budget = SimpleNamespace(epsilon=1.0, delta=1e-5)
     # An I-projection-like zCDP measurement planned for the same release (rho = 0.005).
     measured = PrivacyEvent("postprocess", "gaussian", "iproj", l2_sensitivity=1.0,
@@ -113,3 +139,21 @@ def test_gan_package_never_imports_the_data_layer():
             if isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
             assert not any(n == "dpql.data" or n.startswith("dpql.data.") for n in names), path
+
+
+def test_gan_defaults_to_drop_and_other_methods_to_keep(tmp_path: Path) -> None:
+    """The gan encoding has no null state, so a spec that names no missing rule drops there and
+    keeps everywhere else (the default rule is a public fact of the spec, never of the data)."""
+    from dpql.spec.load import load_spec
+
+    example = Path(__file__).parent.parent / "examples/adult-gan"
+    text = (example / "adult-gan.release.yaml").read_text(encoding="utf-8")
+    lines = [ln for ln in text.splitlines() if not ln.startswith("missing:")]
+    text = "\n".join(lines).replace(
+        "../adult/adult_train.csv.gz", str(example.parent / "adult/adult_train.csv.gz")
+    )
+    spec = tmp_path / "gan.release.yaml"
+    spec.write_text(text, encoding="utf-8")
+    assert load_spec(spec).model.missing == "drop"
+    adult = load_spec(example.parent / "adult/adult.release.yaml").model
+    assert "missing" not in adult.model_fields_set and adult.missing == "keep"

@@ -86,6 +86,7 @@ def trained():
     return plan, ledger, calls, model
 
 
+@pytest.mark.slow
 def test_training_appends_one_event_per_phase_with_the_plans_parameters(trained):
     plan, ledger, _, _ = trained
     assert ledger.events == plan.events()

@@ -9,8 +9,7 @@ import pandas as pd
 import pytest
 
 import dpql
-from dpql.codec import ColumnIssues, column_diagnostics
-from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
+from dpql.domain import CategoricalColumn, Domain
 from dpql.plan.ir import CatIn, Count
 from dpql.postprocess.iproj import _support_warnings
 
@@ -63,26 +62,6 @@ def test_sparse_marginal_with_numeric_column_names_it(tmp_path: Path) -> None:
     ws = _warnings(_spec(tmp_path, edit), "W302")
     assert ws and "bins" in (ws[0].hint or "") and "'fnlwgt'" in (ws[0].hint or "")
     assert "'education'" not in (ws[0].hint or "")
-
-
-def test_e407_offers_other_only_to_categorical_columns() -> None:
-    num = NumericColumn("x", 0, 1, False, numeric_edges(0, 1, False, 2))
-    cat = CategoricalColumn("c", ("a", "b"))
-    d = Domain((num, cat))
-    issues = ColumnIssues("x", missing=3, missing_first_row=2)
-    (e,) = column_diagnostics(issues, d, "error", False, "t.csv", 1)
-    assert e.code == "E407" and "other" not in (e.hint or "") and "keep" in (e.hint or "")
-    issues = ColumnIssues("c", missing=1, missing_first_row=1)
-    (e,) = column_diagnostics(issues, d, "error", False, "t.csv", 1)
-    assert "other" in (e.hint or "")
-
-
-def test_e405_has_no_did_you_mean_from_data_values() -> None:
-    cat = CategoricalColumn("savings", ("A61", "A41"))
-    issues = ColumnIssues("savings", invalid=1, invalid_distinct=1, examples=(("A410", 1, 1),))
-    (e,) = column_diagnostics(issues, Domain((cat,)), "error", False, "t.csv", 1)
-    assert e.code == "E405" and "A41" not in (e.hint or "") and "A410" not in e.message
-    assert "did you mean" not in (e.hint or "").lower()
 
 
 def test_w502_names_the_measure_in_the_language() -> None:

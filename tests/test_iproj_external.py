@@ -54,6 +54,7 @@ def test_shipped_table_is_the_public_only_generator_output() -> None:
     )
 
 
+@pytest.mark.e2e
 def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypatch) -> None:
     spec = _spec_in(tmp_path)
     seen = spy_recentre(monkeypatch)
@@ -111,32 +112,40 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypa
     assert post["kkt_violation"] <= 1e-6 and not [d for d in post["diagnostics"] if d["code"] == "W505"]
     corr, mean, count, logit = record["requirements"]
     # far from the truth before (uniform columns), closer after; the uniform table could meet
-    # them only by concentrating on a quarter of its rows, so the ESS floor holds it (issue 15)
+    # them only by concentrating on a quarter of its rows, so the ESS floor holds it
     for r in (mean, count):
         assert abs(r["synthetic_after"] - r["real_noisy"]) < 0.6 * abs(r["synthetic_before"] - r["real_noisy"])
     assert post["effective_sample_size"] >= post["ess_floor"] - 1e-6 and 0 < post["shrink"] < 1
     assert [d for d in post["diagnostics"] if d["code"] == "W508"]
-    # the corr moved toward the real table's: the ESS floor (shrink < 1) holds it short, so
-    # where it lands depends on more than its own noisy value (sd about 0.02): a bound on
-    # the distance to that value failed on a fresh clone when the draw came out low (0.058)
-    real = pd.read_csv(PRIVATE)[["age", "hours_per_week"]].corr().iloc[0, 1]
-    assert abs(corr["synthetic_after"] - real) < 0.75 * abs(corr["synthetic_before"] - real)
-    assert abs(count["synthetic_before"] - 0.5) < 0.05 and abs(count["real_noisy"] - 0.24) < 0.02
+    # the corr moved toward its noisy value (the ESS floor, shrink < 1, holds it short of it);
+    # the noisy values are within 5 of their recorded sds of the real table's (OS noise here:
+    # a tolerance from the recorded sd holds whatever the draw)
+    private = pd.read_csv(PRIVATE)
+    truth = {
+        "corr": private[["age", "hours_per_week"]].corr().iloc[0, 1],
+        "count": float((private["income"] == ">50K").mean()),
+    }
+    for name, r in (("corr", corr), ("count", count)):
+        assert abs(r["real_noisy"] - truth[name]) < 5 * r["sigma"], (name, r)
+    assert abs(corr["synthetic_after"] - corr["real_noisy"]) < abs(
+        corr["synthetic_before"] - corr["real_noisy"]
+    )
+    assert abs(count["synthetic_before"] - 0.5) < 0.05  # the uniform external table
     assert logit["metric"] == "accuracy" and logit["synthetic_after"] > logit["synthetic_before"] + 0.1
     assert logit["excess_risk_bound"] is None  # measured by its pilot alone: no moments
     for r in record["requirements"]:
         assert re.search(rf"requirement {re.escape(r['requirement'])}: {r['verdict']}", printed)
 
 
-def test_external_table_with_a_missing_value_is_a_clear_error(tmp_path: Path, capsys) -> None:
-    df = pd.read_csv(EXAMPLE / "external_synthetic.csv.gz")
-    df.loc[7, "hours_per_week"] = None
+def test_external_table_with_a_bad_value_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    df = pd.read_csv(EXAMPLE / "external_synthetic.csv.gz", dtype=str)
+    df.loc[7, "hours_per_week"] = "abc"  # the table is public: strict, unlike the private one
     bad = tmp_path / "external.csv.gz"
     with gzip.open(bad, "wt") as f:
         df.to_csv(f, index=False)
     assert main(["compile", str(_spec_in(tmp_path, bad)), "--quiet"]) == 1
     err = capsys.readouterr().err
-    assert "error[E4" in err and "hours_per_week" in err and "Traceback" not in err
+    assert "error[E412]" in err and "hours_per_week" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
@@ -148,6 +157,7 @@ def test_external_budget_must_leave_room_for_post_processing(tmp_path: Path, cap
     assert "error[E150]" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_add_remove_budget_is_charged_as_replace_one_end_to_end(tmp_path: Path) -> None:
     """A guarantee declared under add/remove is charged as (2e, (1 + e^e) d) under replace-one;
     the record keeps both, verifies, and the lifetime ledger line carries the RDP curve."""

@@ -71,7 +71,7 @@ def test_the_plan_measures_the_pilot_alone() -> None:
     evaluable); its release needs the rho at which that accuracy (sensitivity 1/n) has sd
     PILOT_SD_FRACTION t. A bound, f1 or a linear model keeps its moments and has no pilot."""
     m = expand_requirements([LOGIT], DOMAIN)
-    assert piloted(LOGIT) and m.queries == (pilot_query(LOGIT),)
+    assert piloted(LOGIT) and m.queries == (pilot_query(LOGIT, DOMAIN),)
     (q,) = m.queries
     assert isinstance(q, ModelAccuracy) and not q.fitted
     with pytest.raises(ValueError, match="fitted at compile time"):
@@ -95,6 +95,7 @@ def test_the_plan_measures_the_pilot_alone() -> None:
         assert not any(isinstance(x, ModelAccuracy) for x in mm.queries) and mm.queries
 
 
+@pytest.mark.slow
 def test_the_pilot_keeps_each_release_at_its_planned_sensitivity(monkeypatch) -> None:
     """The fitted pilot replaces the plan's stand-in in the logistic's own release, and each
     ledger event keeps the plan line's rho and L2 sensitivity (what ``dpql verify`` checks), the
@@ -140,6 +141,7 @@ def test_a_table_without_usable_rows_measures_the_constant_model() -> None:
     assert answer_all([q], REAL)[0][0] == pytest.approx(np.mean(REAL.codes["income"] == 0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
 def test_the_pilot_closes_the_accuracy_gap(draw: int) -> None:
     """On a synthetic table whose label is more predictable than the real one, the model fitted
@@ -166,6 +168,7 @@ def test_the_pilot_closes_the_accuracy_gap(draw: int) -> None:
     assert not [d for d in out.iproj.diagnostics if d.code == "W510"]
 
 
+@pytest.mark.slow
 def test_a_pilot_out_of_reach_is_reported_with_its_figures() -> None:
     """A table whose label is close to noise (its model scores about 0.54 on it, 0.69 as the
     noisy real accuracy): reaching the band would concentrate the table below a strict ESS

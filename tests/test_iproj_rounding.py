@@ -45,6 +45,7 @@ def test_balanced_counts_is_a_controlled_rounding(seed: int) -> None:
     assert err <= iproj.BALANCE_TOL * rows < 0.05 * err0
 
 
+@pytest.mark.slow
 def test_balanced_counts_with_many_statistics() -> None:
     """Forty kept statistics (a spec with many requirements): the sampled pair search still
     reaches ``BALANCE_TOL`` (from systematic resampling's 10,160 rows x sd), the counts still a

@@ -81,6 +81,7 @@ def _tvd3(a: pd.DataFrame, b: pd.DataFrame) -> float:
     return float(np.mean(tv))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("seed", [0, 1])
 def test_small_table_keeps_its_rows_and_marginals(tmp_path: Path, seed: int) -> None:
     full = pd.read_csv(ADULT / "adult_train.csv.gz")[COLUMNS]

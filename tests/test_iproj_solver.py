@@ -29,8 +29,6 @@ from dpql.plan.ir import (
 from dpql.plan.requirements import expand_requirements
 from dpql.postprocess import dual, iproj
 
-REAL = make_table(6000, seed=1)
-SYN = make_table(3000, seed=2, shift=0.4)
 REQS = [
     CorrRequirement(a, b, Tolerance(within=0.05))
     for a, b in [("age", "hours"), ("age", "x"), ("hours", "x"), ("age", "sex"), ("x", "income")]
@@ -38,7 +36,7 @@ REQS = [
 QUERIES = expand_requirements(REQS, DOMAIN).queries
 
 
-def test_per_row_means_equal_exact_answers() -> None:
+def test_per_row_means_equal_exact_answers(syn) -> None:
     qs = [
         Marginal(("age", "job")),
         Prefix(("age", "hours"), (0.5, 0.3), by="income"),
@@ -50,9 +48,9 @@ def test_per_row_means_equal_exact_answers() -> None:
         ModelAccuracy("linear", ("x", "sex"), "hours", ((0.5, 0.1, 0.2),), (0.1,)),
     ]
     for q in qs:
-        v = per_row(q, SYN)
-        assert v.shape == (SYN.n, q.cells(DOMAIN))
-        np.testing.assert_allclose(v.mean(axis=0), answer(q, SYN), atol=1e-12)
+        v = per_row(q, syn)
+        assert v.shape == (syn.n, q.cells(DOMAIN))
+        np.testing.assert_allclose(v.mean(axis=0), answer(q, syn), atol=1e-12)
 
 
 def _random_problem(seed: int, m: int = 400, k: int = 6) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +75,7 @@ def test_dual_solution_satisfies_kkt(gamma: float) -> None:
         assert (~active).any() and np.all(np.abs(r[~active]) <= gamma)
 
 
+@pytest.mark.slow
 def test_stochastic_solver_agrees_with_newton() -> None:
     F, target = _random_problem(1, m=2048, k=5)
     exact = dual.solve_dual(F, target, 1e-5, method="newton")
@@ -98,65 +97,65 @@ def test_hull_projection_is_the_euclidean_projection() -> None:
     assert iproj.project_to_hull(F, inside).distance < 1e-6
 
 
-def _measurement(target: np.ndarray, sigma: float = 1e-3) -> iproj.Measurement:
-    return iproj.Measurement(QUERIES, np.asarray(target, dtype=float), sigma, 1.0, REAL.n)
+def _measurement(real, target: np.ndarray, sigma: float = 1e-3) -> iproj.Measurement:
+    return iproj.Measurement(QUERIES, np.asarray(target, dtype=float), sigma, 1.0, real.n)
 
 
-def test_iproject_moves_synthetic_moments_to_the_target() -> None:
-    true = np.concatenate(answer_all(QUERIES, REAL))
-    res = iproj.iproject(SYN, _measurement(true), seed=3)
+def test_iproject_moves_synthetic_moments_to_the_target(real, syn) -> None:
+    true = np.concatenate(answer_all(QUERIES, real))
+    res = iproj.iproject(syn, _measurement(real, true), seed=3)
     assert res.kkt_violation <= 1e-6 and not res.diagnostics
     assert np.abs(res.reweighted - true).max() <= 1e-5 + 1e-8
     assert np.abs(res.after - true).max() < 0.5 * np.abs(res.before - true).max()
-    assert res.table.n == SYN.n and 0 < res.ess <= SYN.n and res.kl > 0
+    assert res.table.n == syn.n and 0 < res.ess <= syn.n and res.kl > 0
     js = res.to_json()
     assert js["sampling_seed"] == 3 and len(js["lambda"]) == len(QUERIES)
-    again = iproj.iproject(SYN, _measurement(true), seed=3)
+    again = iproj.iproject(syn, _measurement(real, true), seed=3)
     np.testing.assert_array_equal(again.table.codes["age"], res.table.codes["age"])
 
 
-def test_unreachable_target_is_projected_and_reported() -> None:
-    target = np.concatenate(answer_all(QUERIES, SYN))
+def test_unreachable_target_is_projected_and_reported(real, syn) -> None:
+    target = np.concatenate(answer_all(QUERIES, syn))
     i = QUERIES.index(Moment(("age",)))
     target[i] = 1.5  # no reweighting gives E u_age = 1.5
-    res = iproj.iproject(SYN, _measurement(target))
+    res = iproj.iproject(syn, _measurement(real, target))
     assert res.projection_distance > 0.3
     assert "W504" in [d.code for d in res.diagnostics]
     assert res.kkt_violation <= 1e-6  # exact with respect to the denoised target
     assert res.reweighted[i] < 1.0
 
 
-def test_one_distinct_row_and_nan_rows() -> None:
-    one = iproj.take(SYN, np.zeros(50, dtype=int))
-    res = iproj.iproject(one, _measurement(np.concatenate(answer_all(QUERIES, REAL))))
+def test_one_distinct_row_and_nan_rows(real, syn) -> None:
+    one = iproj.take(syn, np.zeros(50, dtype=int))
+    res = iproj.iproject(one, _measurement(real, np.concatenate(answer_all(QUERIES, real))))
     assert "W501" in [d.code for d in res.diagnostics]
     np.testing.assert_array_equal(res.table.scaled["age"], one.scaled["age"])
     assert np.all(res.lam == 0)
 
-    scaled = {**SYN.scaled, "x": SYN.scaled["x"].copy()}
+    scaled = {**syn.scaled, "x": syn.scaled["x"].copy()}
     scaled["x"][:10] = np.nan
-    bad = EncodedTable(DOMAIN, SYN.codes, scaled)
-    res = iproj.iproject(bad, _measurement(np.concatenate(answer_all(QUERIES, REAL))))
+    bad = EncodedTable(DOMAIN, syn.codes, scaled)
+    res = iproj.iproject(bad, _measurement(real, np.concatenate(answer_all(QUERIES, real))))
     assert "W503" in [d.code for d in res.diagnostics]
     assert np.all(res.weights[:10] == 0) and np.isfinite(res.table.scaled["x"]).all()
 
     scaled["x"][:] = np.nan
     with pytest.raises(DiagnosticError) as e:
         iproj.iproject(
-            EncodedTable(DOMAIN, SYN.codes, scaled), _measurement(np.zeros(len(QUERIES)))
+            EncodedTable(DOMAIN, syn.codes, scaled), _measurement(real, np.zeros(len(QUERIES)))
         )
     assert e.value.codes == ["E503"]
 
 
-def test_constant_measure_warns() -> None:
-    scaled = {**SYN.scaled, "x": np.full(SYN.n, 0.5)}
-    const = EncodedTable(DOMAIN, SYN.codes, scaled)
-    res = iproj.iproject(const, _measurement(np.concatenate(answer_all(QUERIES, REAL))))
+def test_constant_measure_warns(real, syn) -> None:
+    scaled = {**syn.scaled, "x": np.full(syn.n, 0.5)}
+    const = EncodedTable(DOMAIN, syn.codes, scaled)
+    res = iproj.iproject(const, _measurement(real, np.concatenate(answer_all(QUERIES, real))))
     assert "W502" in [d.code for d in res.diagnostics]
 
 
-def test_measure_is_one_gaussian_release_through_the_oracle() -> None:
-    oracle = ExactOracle(REAL, seed=5)
+def test_measure_is_one_gaussian_release_through_the_oracle(real) -> None:
+    oracle = ExactOracle(real, seed=5)
     m = iproj.measure(QUERIES, oracle, 0.5, label="requirements")
     (event,) = oracle.ledger.events
     assert event.phase == "iproj.measure" and event.count == len(QUERIES)
@@ -164,9 +163,9 @@ def test_measure_is_one_gaussian_release_through_the_oracle() -> None:
     widths = [
         (0.25 if q.square else 0.5) if isinstance(q, CentredProduct) else 1.0 for q in QUERIES
     ]
-    assert event.l2_sensitivity == pytest.approx(math.sqrt(sum(w * w for w in widths)) / REAL.n)
+    assert event.l2_sensitivity == pytest.approx(math.sqrt(sum(w * w for w in widths)) / real.n)
     assert m.sigma == pytest.approx(event.noise_scale)
-    true = np.concatenate(answer_all(QUERIES, REAL))
+    true = np.concatenate(answer_all(QUERIES, real))
     assert np.abs(m.noisy - true).max() < 5 * m.sigma.max()
 
 
@@ -226,17 +225,17 @@ def test_noise_that_breaks_an_identity_is_projected_away_without_bias() -> None:
     np.testing.assert_allclose(aff, true, atol=1e-9)
 
 
-def test_resampling_keeps_each_rows_count_within_one_of_its_expectation() -> None:
+def test_resampling_keeps_each_rows_count_within_one_of_its_expectation(syn) -> None:
     rng = np.random.default_rng(11)
-    w = rng.dirichlet(np.full(SYN.n, 0.3))
+    w = rng.dirichlet(np.full(syn.n, 0.3))
     w[::7] = 0.0  # rows the I-projection gave no weight never appear
     w /= w.sum()
     for seed in range(3):
-        out = iproj.resample(SYN, w, 5000, seed)
+        out = iproj.resample(syn, w, 5000, seed)
         assert out.n == 5000
         # identify rows by a column with distinct values (x is continuous)
-        counts = np.zeros(SYN.n)
-        pos = {v: i for i, v in enumerate(SYN.scaled["x"])}
+        counts = np.zeros(syn.n)
+        pos = {v: i for i, v in enumerate(syn.scaled["x"])}
         for v in out.scaled["x"]:
             counts[pos[v]] += 1
         expected = 5000 * w

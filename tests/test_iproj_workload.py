@@ -1,12 +1,12 @@
-"""The synthesizer's own noisy workload answers are kept as penalties of the noise-aware
-projection (``iproj.sparse_workload``, ``dual.solve_penalised``), so post-processing toward the
-requirements drifts less from what the synthesizer fitted; box constraints are met either way."""
+"""Issue 15 item 3: the synthesizer's own noisy workload answers are kept as penalties of the
+noise-aware projection (``iproj.sparse_workload``, ``dual.solve_penalised``), so
+post-processing toward the requirements drifts less from what the synthesizer fitted."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_iproj_support import DOMAIN, ExactOracle, make_table
+from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.plan.exact import answer_all, per_row
 from dpql.plan.ir import (
@@ -21,14 +21,12 @@ from dpql.plan.ir import (
 from dpql.plan.requirements import expand_requirements
 from dpql.postprocess import iproj
 
-REAL = make_table(4000, seed=1)
-SYN = make_table(4000, seed=2, shift=0.5)
 WORKLOAD_SD = 0.004
 
 
-def _workload(seed: int = 5) -> list[tuple]:
-    """What a synthesizer measured and fitted: SYN's own answers plus noise of sd WORKLOAD_SD
-    (so SYN fits them within noise, as a synthesizer's output does)."""
+def _workload(syn, seed: int = 5) -> list[tuple]:
+    """What a synthesizer measured and fitted: syn's own answers plus noise of sd WORKLOAD_SD
+    (so syn fits them within noise, as a synthesizer's output does)."""
     rng = np.random.default_rng(seed)
     qs = [
         Marginal(("sex", "job")),
@@ -40,46 +38,46 @@ def _workload(seed: int = 5) -> list[tuple]:
     ]
     return [
         (q, a + rng.normal(0, WORKLOAD_SD, a.shape), WORKLOAD_SD)
-        for q, a in zip(qs, answer_all(qs, SYN), strict=True)
+        for q, a in zip(qs, answer_all(qs, syn), strict=True)
     ]
 
 
-def _weighted_error(workload: list[tuple], weights: np.ndarray) -> float:
+def _weighted_error(workload: list[tuple], weights: np.ndarray, syn) -> float:
     """Mean |E_w g - b| over the workload's cells (the reweighted table, before resampling)."""
-    errs = [np.abs(weights @ per_row(q, SYN) - b) for q, b, _ in workload]
+    errs = [np.abs(weights @ per_row(q, syn) - b) for q, b, _ in workload]
     return float(np.concatenate(errs).mean())
 
 
-def test_sparse_features_match_the_dense_ones() -> None:
-    workload = _workload()
-    sparse = iproj.sparse_workload(workload, SYN, prior_rows=100.0)
+def test_sparse_features_match_the_dense_ones(syn) -> None:
+    workload = _workload(syn)
+    sparse = iproj.sparse_workload(workload, syn, prior_rows=100.0)
     assert sparse is not None and sparse.size == sum(q.cells(DOMAIN) for q, _, _ in workload)
-    w = np.random.default_rng(0).dirichlet(np.ones(SYN.n))
+    w = np.random.default_rng(0).dirichlet(np.ones(syn.n))
     for (q, _, _), got in zip(workload, sparse.means(w), strict=True):
-        np.testing.assert_allclose(got, w @ per_row(q, SYN), atol=1e-12)
+        np.testing.assert_allclose(got, w @ per_row(q, syn), atol=1e-12)
     assert all(np.allclose(r, 100.0 * WORKLOAD_SD**2) for r in sparse.ridge)
 
 
 @pytest.mark.parametrize("draw", [0, 1])
-def test_keeping_the_workload_reduces_its_drift(draw: int) -> None:
+def test_keeping_the_workload_reduces_its_drift(draw: int, real, syn) -> None:
     tol = Tolerance(within=0.05)
     reqs = [
         CorrRequirement("age", "hours", tol),
         MeanRequirement("hours", CatIn("sex", frozenset({0})), Tolerance(within=3.0)),
     ]
     m = expand_requirements(reqs, DOMAIN)
-    meas = iproj.measure(m.queries, ExactOracle(REAL, seed=10 + draw), 0.5, label="req")
-    workload = _workload()
-    prior = 0.1 * SYN.n  # a weak prior: the requirements move the table a long way
-    plain = iproj.iproject(SYN, meas, seed=draw, prior_rows=prior, ess_floor=0.2)
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=10 + draw), 0.5, label="req")
+    workload = _workload(syn)
+    prior = 0.1 * syn.n  # a weak prior: the requirements move the table a long way
+    plain = iproj.iproject(syn, meas, seed=draw, prior_rows=prior, ess_floor=0.2)
     kept = iproj.iproject(
-        SYN, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
-        workload=iproj.sparse_workload(workload, SYN, prior),
+        syn, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
+        workload=iproj.sparse_workload(workload, syn, prior),
     )  # fmt: skip
     assert kept.method == "lbfgs" and kept.penalty_cells > 0 and plain.penalty_cells == 0
     assert kept.kkt_violation <= 1e-6
-    uniform = np.full(SYN.n, 1.0 / SYN.n)
-    start, drift, held = (_weighted_error(workload, w) for w in
+    uniform = np.full(syn.n, 1.0 / syn.n)
+    start, drift, held = (_weighted_error(workload, w, syn) for w in
                           (uniform, plain.weights, kept.weights))  # fmt: skip
     # without the penalties post-processing moves the workload answers well past their noise;
     # with them the drift is at least halved
@@ -93,22 +91,22 @@ def test_keeping_the_workload_reduces_its_drift(draw: int) -> None:
 
 
 @pytest.mark.parametrize("workload", [False, True])
-def test_a_box_is_met_with_or_without_the_workload(workload: bool) -> None:
+def test_a_box_is_met_with_or_without_the_workload(workload: bool, real, syn) -> None:
     """A box constraint (``iproj.Boxes``) on a per-row statistic is met at its edge by the
     reweighting, whether the dual is solved by proximal Newton (no workload) or by L-BFGS-B with
     the workload's penalties (``dual.solve_penalised``, the L1 term split into two bounded
     halves), and the controlled rounding keeps it on the released rows."""
     reqs = [CorrRequirement("age", "hours", Tolerance(within=0.05))]
     m = expand_requirements(reqs, DOMAIN)
-    meas = iproj.measure(m.queries, ExactOracle(REAL, seed=30), 0.5, label="req")
-    F = iproj.features(m.queries, SYN)
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=30), 0.5, label="req")
+    F = iproj.features(m.queries, syn)
     col, sd = F[:, 0], meas.sigma[0]  # E age
     start = float(col.mean())
     box = iproj.Boxes(col[:, None], np.array([start + 5 * sd]), np.array([sd]), np.array([sd]))
-    prior = SYN.n
+    prior = syn.n
     res = iproj.iproject(
-        SYN, meas, seed=0, prior_rows=prior, ess_floor=0.2, boxes=box,
-        workload=iproj.sparse_workload(_workload(), SYN, prior) if workload else None,
+        syn, meas, seed=0, prior_rows=prior, ess_floor=0.2, boxes=box,
+        workload=iproj.sparse_workload(_workload(syn), syn, prior) if workload else None,
     )  # fmt: skip
     assert res.method == ("lbfgs" if workload else "newton") and res.boxes == 1
     assert res.kkt_violation <= 1e-6

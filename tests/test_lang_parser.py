@@ -162,6 +162,7 @@ REQUIREMENT_TREES = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(WORKLOAD_TREES)
 def test_generated_workload_trees_round_trip(tree: A.WorkloadNode) -> None:
@@ -172,6 +173,7 @@ def test_generated_workload_trees_round_trip(tree: A.WorkloadNode) -> None:
     assert_spans_match(parsed, text)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(REQUIREMENT_TREES)
 def test_generated_requirement_trees_round_trip(tree: A.Requirement) -> None:

@@ -7,11 +7,11 @@ function-local import counts too), so adding a forbidden import fails this test.
 from __future__ import annotations
 
 import ast
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from guards import run_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "dpql"
@@ -118,18 +118,19 @@ raise SystemExit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec",
     sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").rglob("*.release.yaml")),
 )
 def test_plan_and_check_run_on_every_example_without_jax(spec: str) -> None:
     for args in (["plan", spec], ["check", spec, "--policy", "examples/policy.yaml"]):
-        done = subprocess.run(
+        done = run_or_fail(
             [sys.executable, "-c", BLOCK_JAX, *args],
+            f"dpql {args[0]} {spec} without JAX",
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=120,
         )
         assert "blocked" not in done.stderr, done.stderr
         assert done.returncode in (0, 1), done.stderr  # 1: a policy violation, never a crash

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from test_iproj_support import DOMAIN, ExactOracle, make_table
+from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.plan.exact import answer_all
 from dpql.plan.ir import (
@@ -26,8 +26,6 @@ from dpql.postprocess import iproj
 from dpql.postprocess.allocation import ALLOCATION_FLOOR, allocation_scales
 from dpql.privacy.mechanisms import gaussian_sigma
 
-REAL = make_table(4000, seed=1)
-SYN = make_table(3000, seed=2, shift=0.4)
 TOL = Tolerance(within=0.05)
 # a model measured by its moments (a logistic `within` one is measured by its pilot alone)
 BOUND = Tolerance(op=">=", bound=0.6)
@@ -49,10 +47,10 @@ def _objective(reqs, measures, answers, scales) -> float:
     return sum(value_sd(r, answers, sigma, DOMAIN) / r.tolerance.within for r in reqs)
 
 
-def test_scaled_release_has_the_scaled_sensitivity_and_per_query_noise() -> None:
+def test_scaled_release_has_the_scaled_sensitivity_and_per_query_noise(real) -> None:
     queries = expand_requirements([CorrRequirement("age", "hours", TOL)], DOMAIN).queries[:2]
-    oracle, c, rho, draws = ExactOracle(REAL, seed=3), np.array([1.0, 4.0]), 0.5, 4000
-    exact = np.concatenate(answer_all(queries, REAL))
+    oracle, c, rho, draws = ExactOracle(real, seed=3), np.array([1.0, 4.0]), 0.5, 4000
+    exact = np.concatenate(answer_all(queries, real))
     noise = np.array(
         [
             np.concatenate(oracle.measure(queries, rho, phase="p", label="x", scales=c)) - exact
@@ -60,7 +58,7 @@ def test_scaled_release_has_the_scaled_sensitivity_and_per_query_noise() -> None
         ]
     )
     event = oracle.ledger.events[0]
-    assert event.l2_sensitivity == pytest.approx(math.sqrt(1 + 16) / REAL.n)
+    assert event.l2_sensitivity == pytest.approx(math.sqrt(1 + 16) / real.n)
     assert event.rho == rho and len(oracle.ledger.events) == draws
     sd = gaussian_sigma(event.l2_sensitivity, rho) / c
     # the sample sd of N draws has relative standard error 1 / sqrt(2 (N - 1)); allow 5 of them
@@ -70,30 +68,30 @@ def test_scaled_release_has_the_scaled_sensitivity_and_per_query_noise() -> None
         oracle.measure(queries, rho, phase="p", label="x", scales=[1.0, 0.0])
 
 
-def test_allocation_keeps_model_cells_and_the_release_sensitivity() -> None:
+def test_allocation_keeps_model_cells_and_the_release_sensitivity(real, syn) -> None:
     logit = ModelRequirement("logistic", "income", ("age", "job"), BOUND)
     reqs = [logit, CorrRequirement("age", "hours", TOL), MeanRequirement("x", TruePred(), TOL)]
     m = expand_requirements(reqs, DOMAIN)
-    (c,) = allocation_scales(m, reqs, _answers(m, SYN), DOMAIN)
+    (c,) = allocation_scales(m, reqs, _answers(m, syn), DOMAIN)
     model = set(m.index[0])
     free = [k for k in range(len(m.queries)) if k not in model]
     assert (c[list(model)] == 1).all()
     d2 = _delta2(m, free)
     assert d2 @ c[free] ** 2 == pytest.approx(d2.sum())  # the release's sigma is unchanged
-    assert joint_l2_sensitivity(m.queries, REAL.n, c) == pytest.approx(
-        joint_l2_sensitivity(m.queries, REAL.n)
+    assert joint_l2_sensitivity(m.queries, real.n, c) == pytest.approx(
+        joint_l2_sensitivity(m.queries, real.n)
     )
     assert np.ptp(c[free]) > 0.1  # the corr's and the mean's cells do not need equal noise
 
 
-def test_allocation_minimises_the_summed_relative_sd() -> None:
+def test_allocation_minimises_the_summed_relative_sd(syn) -> None:
     reqs = [
         CorrRequirement("age", "hours", TOL),
         CorrRequirement("age", "x", Tolerance(within=0.2)),
         CountRequirement(NumCmp("age", ">=", 0.65), Tolerance(within=0.01)),
     ]
     m = expand_requirements(reqs, DOMAIN)
-    at = _answers(m, SYN)
+    at = _answers(m, syn)
     (c,) = allocation_scales(m, reqs, at, DOMAIN)
     d2 = _delta2(m)
     best = _objective(reqs, m, at, c)
@@ -114,36 +112,36 @@ def test_symmetric_requirements_get_equal_noise() -> None:
     assert c == pytest.approx([1.0, 1.0])
 
 
-def test_measure_with_scales_reports_each_cells_sd_and_spends_the_same_rho() -> None:
+def test_measure_with_scales_reports_each_cells_sd_and_spends_the_same_rho(real, syn) -> None:
     reqs = [CorrRequirement("age", "hours", TOL), CorrRequirement("hours", "x", TOL)]
     m = expand_requirements(reqs, DOMAIN)
-    (c,) = allocation_scales(m, reqs, _answers(m, SYN), DOMAIN)
-    oracle = ExactOracle(REAL, seed=5)
+    (c,) = allocation_scales(m, reqs, _answers(m, syn), DOMAIN)
+    oracle = ExactOracle(real, seed=5)
     out = iproj.measure(m.queries, oracle, 0.3, label="r", releases=m.releases, scales=[c])
     (event,) = oracle.ledger.events
     assert event.rho == 0.3 and event.label == "r"
-    sigma = gaussian_sigma(joint_l2_sensitivity(m.queries, REAL.n, c), 0.3)
+    sigma = gaussian_sigma(joint_l2_sensitivity(m.queries, real.n, c), 0.3)
     assert out.sigma == pytest.approx(sigma / c)
-    assert sigma == pytest.approx(gaussian_sigma(joint_l2_sensitivity(m.queries, REAL.n), 0.3))
+    assert sigma == pytest.approx(gaussian_sigma(joint_l2_sensitivity(m.queries, real.n), 0.3))
 
 
-def test_a_weighted_release_is_spread_where_only_another_release_holds_a_model() -> None:
+def test_a_weighted_release_is_spread_where_only_another_release_holds_a_model(real, syn) -> None:
     logit = ModelRequirement("logistic", "income", ("age", "hours"), BOUND, weight=1.0)
     corr = CorrRequirement("age", "hours", TOL, weight=1.0)
     m = expand_requirements([logit, corr], DOMAIN)
-    c_logit, c_corr = allocation_scales(m, [logit, corr], _answers(m, SYN), DOMAIN)
+    c_logit, c_corr = allocation_scales(m, [logit, corr], _answers(m, syn), DOMAIN)
     assert set(m.index[1]) < set(m.index[0])  # the logistic's release holds the corr's moments
     assert (c_logit == 1).all()  # ... and keeps equal noise there, for the model
     d2 = _delta2(m, m.index[1])
     assert d2 @ c_corr**2 == pytest.approx(d2.sum()) and np.ptp(c_corr) > 0.1
-    oracle = ExactOracle(REAL, seed=6)
+    oracle = ExactOracle(real, seed=6)
     out = iproj.measure(
         m.queries, oracle, 0.4, label="r", releases=m.releases, scales=(c_logit, c_corr)
     )
     assert [e.rho for e in oracle.ledger.events] == pytest.approx([0.2, 0.2])
-    s_logit = gaussian_sigma(joint_l2_sensitivity(m.queries, REAL.n), 0.2)
+    s_logit = gaussian_sigma(joint_l2_sensitivity(m.queries, real.n), 0.2)
     part = [m.queries[k] for k in m.index[1]]
-    s_corr = gaussian_sigma(joint_l2_sensitivity(part, REAL.n), 0.2) / c_corr
+    s_corr = gaussian_sigma(joint_l2_sensitivity(part, real.n), 0.2) / c_corr
     combined = (s_logit**-2 + s_corr**-2) ** -0.5  # the inverse-variance average of both
     assert out.sigma[list(m.index[1])] == pytest.approx(combined)
 

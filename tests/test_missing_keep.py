@@ -14,6 +14,8 @@ import dpql
 from dpql.codec import decode, encode_frame
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
+from dpql.plan.describe import describe_query
+from dpql.plan.ir import Count, TruePred
 from dpql.spec.load import build_domain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +62,15 @@ def _spec_with_blanks(tmp_path: Path, epsilon: float = 1.0) -> Path:
     text = re.sub(r"epsilon: 1\.0", f"epsilon: {epsilon}", text)
     for col in BLANK:
         text = re.sub(rf"(\n  {col}:\s*\{{)(.*)\}}", r"\1\2, missing: keep}", text)
+    # the other columns fill (keep is the default; fill leaves them out of the null state and,
+    # unlike drop, lets requirements over them be estimated)
+    model = dpql.load_spec(ADULT / "adult.release.yaml").model
+    for name, col in model.columns.items():
+        if name not in BLANK:
+            fill = col.min if col.type == "numeric" else f'"{col.values[0]}"'  # type: ignore[union-attr]
+            text = re.sub(
+                rf"(\n  {name}:\s*\{{)(.*)\}}", rf"\1\2, missing: fill, fill: {fill}}}", text
+            )
     # requirements over a kept column are refused (see test_requirement_on_kept_column_...)
     req = "\nrequirements:\n  - corr(age, education_num) within 0.05\n"
     text = re.sub(r"\nrequirements:\n(  - .*\n)+", req, text)
@@ -77,6 +88,7 @@ def test_kept_columns_are_nullable_in_the_domain(tmp_path: Path) -> None:
     assert not dom["age"].nullable
 
 
+@pytest.mark.e2e
 def test_release_keeps_the_missingness_rate(tmp_path: Path) -> None:
     spec = _spec_with_blanks(tmp_path)
     release = dpql.compile(str(spec), seed=0)
@@ -99,33 +111,35 @@ def test_keep_with_gan_is_refused(tmp_path: Path) -> None:
     assert [d.code for d in err.value.diagnostics if "gan" in d.message] == ["E109", "E109"]
 
 
-def test_requirement_on_kept_column_is_refused(tmp_path: Path) -> None:
+def test_requirement_on_kept_column_is_planned_over_present_rows(tmp_path: Path) -> None:
+    """A corr over a kept column is no longer refused: its measures are sums over the rows
+    where both columns are present, with their count (a ratio estimator)."""
     spec = _spec_with_blanks(tmp_path)
     spec.write_text(
         spec.read_text().replace(
             "corr(age, education_num) within 0.05", "corr(age, hours_per_week) within 0.05"
         )
     )
-    with pytest.raises(DiagnosticError) as err:
-        dpql.build_plan(dpql.load_spec(spec))
-    (d,) = err.value.diagnostics
-    assert d.code == "E501" and "missing: keep" in d.message and "hours_per_week" in d.message
+    plan = dpql.build_plan(dpql.load_spec(spec))
+    assert plan.measures is not None
+    text = [describe_query(q, plan.spec.domain) for q in plan.measures.queries]
+    assert all("hours_per_week is present" in t for t in text), text
+    assert text[-1] == "count(hours_per_week is present)"
 
 
-def test_drop_refuses_requirements_that_need_every_row(tmp_path: Path) -> None:
+def test_drop_estimates_every_requirement_over_the_kept_rows(tmp_path: Path) -> None:
+    """Under drop the release describes the complete cases: corr, mean and count are ratios
+    to the kept rows' count (count(true)), not refused."""
     spec = _spec_with_blanks(tmp_path)
     text = spec.read_text().replace("missing: keep", "missing: drop")
     req = (
         "requirements:\n  - corr(age, education_num) within 0.05\n"
-        "  - mean(age) within 1\n  - mean(age | sex == \"Female\") within 1\n"
+        '  - mean(age) within 1\n  - mean(age | sex == "Female") within 1\n'
         "  - count(age > 40) within 0.01\n"
     )
     text = re.sub(r"requirements:\n(  - .*\n)+", req, text)
     spec.write_text(text)
-    with pytest.raises(DiagnosticError) as err:
-        dpql.load_spec(spec)
-    bad = [d for d in err.value.diagnostics if d.code == "E112"]
-    assert [d.message.split("'")[1] for d in bad] == [
-        "corr(age, education_num) within 0.05",
-        "mean(age) within 1",
-    ]
+    plan = dpql.build_plan(dpql.load_spec(spec))
+    assert plan.measures is not None
+    kept = plan.measures.queries.index(Count(TruePred()))
+    assert all(kept in cells for cells in plan.measures.index)

@@ -74,6 +74,7 @@ def test_discrete_gaussian_at_a_million_matches_its_quantiles() -> None:
     assert abs(draws.std() / sigma - 1) < 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sigma", [0.6, 3.5, 150_000.5])
 def test_the_exact_slow_path_gives_the_same_distribution(monkeypatch, sigma: float) -> None:
     """With the float margin widened to 1/8, most decisions go through the exact rational path

@@ -14,8 +14,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
+from releases import write_small_release
 
 from dpql.cli import main
 from dpql.curator import (
@@ -41,27 +41,6 @@ EXAMPLE = ROOT / "examples" / "adult"
 DELTA = 1e-9
 
 
-def _write_release(folder: Path) -> Path:
-    """The example spec on 3000 rows with a light workload (as in test_compile_e2e)."""
-    df = pd.read_csv(EXAMPLE / "adult_train.csv.gz").head(3000)
-    df.to_csv(folder / "train.csv", index=False)
-    text = (EXAMPLE / "adult.release.yaml").read_text()
-    text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 3000")
-    text = re.sub(
-        r"workload:\n(  - .*\n)+",
-        "workload:\n  - marginals(2) over [age, sex, income, race]\n"
-        "  - count(age >= 65 and hours_per_week > 40)\n",
-        text,
-    )
-    text = text.replace(
-        "  rows: 3000\n\npostprocess",
-        "  rows: 3000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess",
-    )
-    path = folder / "release.yaml"
-    path.write_text(text)
-    return path
-
-
 def _nothing_written(spec: Path) -> bool:
     out, curator = spec.parent / "out", spec.parent / "curator"
     empty = [not p.exists() or not any(p.iterdir()) for p in (out, curator)]
@@ -72,7 +51,7 @@ def _nothing_written(spec: Path) -> bool:
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One successful compile (default curator path, key file created on first use)."""
     folder = tmp_path_factory.mktemp("hygiene")
-    spec = _write_release(folder)
+    spec = write_small_release(folder)
     saved = os.environ.pop(CURATOR_KEY_ENV, None)
     try:
         assert main(["compile", str(spec), "--seed", "2", "--quiet"]) == 0
@@ -86,6 +65,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # 1. timings: curator file only
 
 
+@pytest.mark.e2e
 def test_the_public_record_holds_no_timings(compiled: Path) -> None:
     out = compiled.parent / "out"
     record = json.loads((out / "adult_synthetic.provenance.json").read_text())
@@ -109,6 +89,7 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.e2e
 def test_curator_file_is_apart_private_and_holds_a_keyed_hmac(compiled: Path) -> None:
     folder = compiled.parent / "curator"
     path = folder / "adult_synthetic.CURATOR-ONLY.json"
@@ -130,7 +111,7 @@ def test_curator_file_is_apart_private_and_holds_a_keyed_hmac(compiled: Path) ->
 
 
 def _spec_with_output(tmp_path: Path, extra: str) -> Path:
-    spec = _write_release(tmp_path)
+    spec = write_small_release(tmp_path)
     text = spec.read_text()
     text = re.sub(r"(\noutput:\n(?:  .*\n)+)", lambda m: m.group(1) + extra, text)
     spec.write_text(text)
@@ -138,7 +119,7 @@ def _spec_with_output(tmp_path: Path, extra: str) -> Path:
 
 
 def test_curator_path_is_configurable_and_not_published(tmp_path: Path) -> None:
-    default = load_spec(_write_release(tmp_path))
+    default = load_spec(write_small_release(tmp_path))
     assert curator_path(default) == tmp_path / "curator" / "adult_synthetic.CURATOR-ONLY.json"
     assert default.model.output.curator is None
 
@@ -350,19 +331,21 @@ def _compile_refused(spec: Path, capsys) -> str:
     return err
 
 
+@pytest.mark.e2e
 def test_compile_refuses_an_overspending_allocation_at_the_odometer(
     tmp_path, greedy_measurer, capsys
 ) -> None:
-    err = _compile_refused(_write_release(tmp_path), capsys)
+    err = _compile_refused(write_small_release(tmp_path), capsys)
     assert "privacy budget exceeded by '" in err  # refused by the ledger, at the event
 
 
+@pytest.mark.e2e
 def test_compile_rechecks_the_spend_before_writing(
     tmp_path, greedy_measurer, monkeypatch, capsys
 ) -> None:
     # with the odometer switched off, the final accountant check still refuses the release
     monkeypatch.setattr(Ledger, "append", lambda self, event: self._events.append(event))
-    err = _compile_refused(_write_release(tmp_path), capsys)
+    err = _compile_refused(write_small_release(tmp_path), capsys)
     assert "compose to epsilon=" in err
 
 

@@ -55,7 +55,9 @@ def _gan_events(epsilon: float = 2.0) -> list[PrivacyEvent]:
     measure = _gaussian(0.02)
     q, steps = 0.004, 2000
     z = calibrate_dpsgd_noise(q, steps, epsilon, DELTA, other_events=[measure])
-    sgd = PrivacyEvent.dpsgd("gan.generator", "generator", sampling_rate=q, noise_multiplier=z, steps=steps)
+    sgd = PrivacyEvent.dpsgd(
+        "gan.generator", "generator", sampling_rate=q, noise_multiplier=z, steps=steps
+    )
     return [measure, sgd]
 
 
@@ -143,13 +145,20 @@ def test_add_remove_external_is_charged_converted_and_recorded_both_ways(tmp_pat
         PrivacyEvent("external", "external", "x", epsilon=0.5, delta=1e-10)
     with pytest.raises(ValueError, match="neighbouring"):  # a relation must be stated
         PrivacyEvent(
-            "external", "external", "x", epsilon=0.5, delta=1e-10,
-            declared_epsilon=0.5, declared_delta=1e-10,
+            "external",
+            "external",
+            "x",
+            epsilon=0.5,
+            delta=1e-10,
+            declared_epsilon=0.5,
+            declared_delta=1e-10,
         )
 
 
 def test_planner_and_check_charge_the_converted_external_budget(tmp_path: Path) -> None:
-    text = EXTERNAL_SPEC.read_text().replace("neighbouring: replace_one", "neighbouring: add_remove")
+    text = EXTERNAL_SPEC.read_text().replace(
+        "neighbouring: replace_one", "neighbouring: add_remove"
+    )
     assert "neighbouring: add_remove" in text
     path = tmp_path / "ext.release.yaml"
     path.write_text(text.replace("../adult/adult_train.csv.gz", "absent.csv.gz"))
@@ -205,13 +214,15 @@ def test_lifetime_of_a_single_epsilon_2_release_is_at_least_epsilon_2(tmp_path: 
     assert alone is not None and alone[0] == pytest.approx(line.epsilon, abs=1e-9)
     # with a small new release on top, the lifetime epsilon is above the first release's
     this = ReleaseBudget(0.01, 1e-12, 1e-6, planned_curve(1e-6, 1e-12))
-    budget = lifetime_budget(8.0, [line], this)
+    budget = lifetime_budget(8.0, [line], this, composition="rdp")
     assert budget.total_epsilon >= line.epsilon
     assert budget.composed_epsilon is not None and budget.composed_epsilon >= line.epsilon
     assert budget.total_delta == line.delta  # converted at the releases' delta; no delta added
     # a real second release at the same delta: above the first one, below basic composition
     rho = rho_from_eps_delta(0.3, DELTA)
-    second = lifetime_budget(8.0, [line], ReleaseBudget(0.3, DELTA, rho, planned_curve(rho, DELTA)))
+    second = lifetime_budget(
+        8.0, [line], ReleaseBudget(0.3, DELTA, rho, planned_curve(rho, DELTA)), composition="rdp"
+    )
     assert line.epsilon + 0.01 < second.total_epsilon < second.basic_epsilon - 0.2
     # what the old check printed: zCDP composition of the Gaussian events' rho alone
     old = zcdp_epsilon(Ledger(events).total_rho() + 1e-6, line.delta + 1e-12)
@@ -227,7 +238,9 @@ def test_the_issue_history_no_longer_composes_below_its_release(tmp_path: Path) 
     line = _ledger_line(_record([_gaussian(own), ext], tmp_path))
     assert line.epsilon == pytest.approx(2.0, abs=1e-9) and line.rho is None
     rho = rho_from_eps_delta(1.0, DELTA)
-    budget = lifetime_budget(8.0, [line], ReleaseBudget(1.0, DELTA, rho, planned_curve(rho, DELTA)))
+    budget = lifetime_budget(
+        8.0, [line], ReleaseBudget(1.0, DELTA, rho, planned_curve(rho, DELTA)), composition="rdp"
+    )
     assert zcdp_epsilon(own + rho, 2 * DELTA) == pytest.approx(1.994, abs=1e-3)  # the old figure
     assert 2.29 <= budget.total_epsilon < budget.basic_epsilon == pytest.approx(3.0)
     assert budget.total_delta == pytest.approx(DELTA + 1e-10)  # RDP part at 9e-10, external on top
@@ -238,17 +251,26 @@ def test_rdp_composition_of_zcdp_releases_is_the_composed_rho() -> None:
     eps = eps_from_rho(rho, DELTA)
     curve = planned_curve(rho, DELTA)
     line = ReleaseRecord(
-        name="r", spec_sha256="0" * 64, epsilon=eps, delta=DELTA, rho=rho, rdp=curve,
+        name="r",
+        spec_sha256="0" * 64,
+        epsilon=eps,
+        delta=DELTA,
+        rho=rho,
+        rdp=curve,
         time="2024-05-01T00:00:00+00:00",
     )
-    budget = lifetime_budget(3 * eps, [line, line], ReleaseBudget(eps, DELTA, rho, curve))
+    budget = lifetime_budget(
+        3 * eps, [line, line], ReleaseBudget(eps, DELTA, rho, curve), composition="rdp"
+    )
     exact = eps_from_rho(3 * rho, DELTA)  # three rho-zCDP releases are one 3 rho-zCDP release
     assert exact <= budget.total_epsilon <= 1.01 * exact < budget.basic_epsilon
     assert budget.total_delta == DELTA and budget.basic_delta == pytest.approx(3 * DELTA)
     assert "RDP composition of 3 release curve(s)" in budget.describe()
     # a line without a curve adds its (epsilon, delta) by basic composition (rho is never used)
     bare = line.model_copy(update={"rdp": None})
-    mixed = lifetime_budget(9.0, [bare, line], ReleaseBudget(eps, DELTA, rho, curve))
+    mixed = lifetime_budget(
+        9.0, [bare, line], ReleaseBudget(eps, DELTA, rho, curve), composition="rdp"
+    )
     two = eps + eps_from_rho(2 * rho, DELTA)
     assert two <= mixed.total_epsilon <= 1.01 * two
     assert mixed.total_delta == pytest.approx(2 * DELTA)
@@ -279,7 +301,9 @@ lifetime:
 
 
 def test_lifetime_delta_cap_is_enforced(tmp_path: Path) -> None:
-    spec_text = (CORPUS / "range_share.release.yaml").read_text().replace("share: 1.5", "share: 0.2")
+    spec_text = (
+        (CORPUS / "range_share.release.yaml").read_text().replace("share: 1.5", "share: 0.2")
+    )
     (tmp_path / "s.release.yaml").write_text(spec_text)
     (tmp_path / "policy.yaml").write_text(POLICY)
     spec, policy = load_spec(tmp_path / "s.release.yaml"), load_policy(tmp_path / "policy.yaml")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from test_compile_e2e import small_release  # noqa: F401 (the fixture: a small rap release)
 from test_iproj_support import spy_recentre
 
 from dpql.cli import main
@@ -56,7 +55,8 @@ def _mutations(record: dict) -> dict[str, dict]:
     return out
 
 
-def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release: Path, capsys, monkeypatch):  # noqa: F811
+@pytest.mark.e2e
+def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release: Path, capsys, monkeypatch):
     seen = spy_recentre(monkeypatch)
     assert main(["compile", str(small_release), "--seed", "3", "--quiet"]) == 0
     out = small_release.parent / "out"

@@ -2,7 +2,7 @@
 
 Every output and ledger location is validated before the private data is read; a second compile
 to the same outputs needs ``--force``; every compile is recorded in a ledger (by default
-``<spec stem>.ledger.jsonl`` beside the spec); ``--policy`` enforces lifetime caps before any
+``<data file>.ledger.jsonl`` beside the spec); ``--policy`` enforces lifetime caps before any
 data is read and again, under the ledger's lock, when the release is recorded. The release is
 written as one unit (docs/architecture.md, "Writing a release"): a SIGKILL at any moment leaves
 nothing, or a complete release whose ledger line is committed once the next compile recovered it.
@@ -15,6 +15,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from guards import wait_or_fail
 
 from dpql.check import (
     ReleaseRecord,
@@ -116,9 +118,11 @@ def _released(spec: Path) -> list[str]:
 
 
 def _default_ledger(spec: Path) -> Path:
-    return spec.parent / "release.ledger.jsonl"
+    """With no policy or project file found: the data file's ledger, beside the spec."""
+    return spec.parent / "train.csv.ledger.jsonl"
 
 
+@pytest.mark.e2e
 def test_second_compile_needs_force_and_every_compile_is_in_the_default_ledger(
     spec: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -240,18 +244,29 @@ def _policy(folder: Path, cap: float, create_ledger: bool = True) -> Path:
     return policy
 
 
+@pytest.mark.e2e
 def test_policy_caps_are_enforced_by_compile_before_the_data_is_read(
     spec: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
 ) -> None:
     (tmp_path / "p0").mkdir()
     missing = _policy(tmp_path / "p0", 3.0, create_ledger=False)
+    # the policy's ledger does not exist (a typo?) while a ledger beside it holds a release
+    old = tmp_path / "p0" / "old-ledger.jsonl"
+    old.write_text(
+        ReleaseRecord(
+            name="r", spec_sha256="0" * 64, epsilon=1.0, delta=1e-9, time="2026-01-01T00:00:00"
+        ).model_dump_json()
+        + "\n",
+        encoding="utf-8",
+    )
     with monkeypatch.context() as m:
         m.setattr("dpql.data.private.open_private", _refuse)
-        err = _expect_refused(spec, capsys, "E615", "--policy", str(missing))
-        assert "does not exist" in err and "touch" in err
-        # dpql check reports the missing ledger too
+        err = _expect_refused(spec, capsys, "E616", "--policy", str(missing))
+        assert str(old) in err and "cat " in err
+        # dpql check reports it too
         assert main(["check", str(spec), "--policy", str(missing)]) == 1
-        assert "error[E615]" in capsys.readouterr().err
+        assert "error[E616]" in capsys.readouterr().err
+    old.unlink()
     (tmp_path / "p").mkdir()
     policy = _policy(tmp_path / "p", 1.2)  # room for one release of epsilon 1, not two
     ledger = tmp_path / "p" / "privacy-ledger.jsonl"
@@ -341,6 +356,7 @@ def _check_outcome(spec: Path) -> str:
     return "pending" if before and before[-1].status == "pending" else "committed"
 
 
+@pytest.mark.e2e
 def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -358,7 +374,7 @@ def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
         time.sleep(max(0.0, delay - (time.perf_counter() - t)))
         killed[delay].send_signal(signal.SIGKILL)
     for proc in [*procs.values(), *killed.values()]:
-        proc.wait(timeout=60)
+        wait_or_fail(proc, "a dpql compile to be killed")
     assert all(p.returncode == -signal.SIGKILL for p in procs.values())
     outcomes = {k: _check_outcome(s) for k, s in instrumented.items()}
     # replace 1 writes the pending line, 2-4 rename the outputs into place, 5 commits
@@ -368,6 +384,7 @@ def test_sigkill_at_random_moments_leaves_nothing_or_a_committed_release(
     capsys.readouterr()
 
 
+@pytest.mark.e2e
 def test_a_pending_line_is_rolled_forward_or_abandoned(spec: Path) -> None:
     """The recovery step on its own: a pending line whose staged files are all there is
     completed; one whose staged files are gone is marked abandoned (still counted as spent)."""
@@ -396,6 +413,7 @@ def test_a_pending_line_is_rolled_forward_or_abandoned(spec: Path) -> None:
     assert "abandoned" in note and [r.status for r in read_ledger(ledger)] == ["abandoned"]
 
 
+@pytest.mark.e2e
 def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     tmp_path: Path,
 ) -> None:
@@ -406,6 +424,8 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     policy = _policy(tmp_path / "p", 8.0)
     ledger = tmp_path / "p" / "privacy-ledger.jsonl"
     specs = [_spec(tmp_path / f"a{k}") for k in range(3)]
+    for s in specs[1:]:  # three specs of one data source (a lifetime cap is per data source)
+        s.write_text(s.read_text().replace("path: train.csv", "path: ../a0/train.csv"))
     spend = planned_spend(load_spec(specs[0]))
     one = ReleaseRecord(
         name="small-external",
@@ -420,7 +440,7 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
     cap = (two + three) / 2
     policy.write_text(POLICY.format(cap=cap), encoding="utf-8")
     procs = [_popen(s, "--policy", str(policy)) for s in specs]
-    codes = sorted(p.wait(timeout=120) for p in procs)
+    codes = sorted(wait_or_fail(p, "a concurrent dpql compile") for p in procs)
     errors = b"".join(p.stderr.read() for p in procs if p.stderr).decode()
     assert codes == [0, 0, 1], errors
     assert "error[P007]" in errors and "Traceback" not in errors
@@ -436,6 +456,7 @@ def test_concurrent_compiles_lose_nothing_and_cannot_pass_the_lifetime_cap(
 # Ctrl-C, progress lines, the plan's accounting
 
 
+@pytest.mark.e2e
 def test_ctrl_c_says_what_was_written(
     spec: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -460,16 +481,27 @@ def test_ctrl_c_says_what_was_written(
     assert [r.status for r in read_ledger(_default_ledger(spec))] == ["committed"]
 
 
+@pytest.mark.e2e
 def test_plain_progress_lines_when_stderr_is_not_a_terminal(
     spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Progress lines carry no times by default (they scale with the real row count), and
+    compile prints no stage timings; --verbose shows both on the curator's terminal."""
     assert main(["compile", str(spec), "--seed", "0"]) == 0
-    lines = capsys.readouterr().err.splitlines()
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
     progress = [line for line in lines if line.startswith("compile: ")]
-    assert progress and all(", " in line and " s" in line for line in progress), lines
+    assert progress and not any(re.search(r"\d s\b|left", line) for line in progress), lines
     assert any(line.startswith("compile: postprocess ") for line in progress)
+    assert not re.search(r"^time:|\d\.\ds\b", captured.out, re.M), captured.out
+    assert main(["compile", str(spec), "--seed", "0", "--force", "--verbose"]) == 0
+    captured = capsys.readouterr()
+    progress = [line for line in captured.err.splitlines() if line.startswith("compile: ")]
+    assert progress and all(", " in line and " s" in line for line in progress), progress
+    assert re.search(r"^time: plan \d+\.\ds, ", captured.out, re.M), captured.out
 
 
+@pytest.mark.slow
 def test_plan_shows_each_phase_in_its_own_accounting(capsys: pytest.CaptureFixture[str]) -> None:
     """No `rho 0` for DP-SGD phases or an external table, and a total in epsilon."""
     assert main(["plan", str(ROOT / "examples" / "adult-gan" / "adult-gan.release.yaml")]) == 0

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_cli_plan import _plan_json, _with_requirements, spec_without_data  # noqa: F401
-from test_iproj_support import DOMAIN, ExactOracle, make_table
+from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.cli import main
 from dpql.diagnostics import DiagnosticError
@@ -31,8 +31,6 @@ from dpql.plan.requirements import expand_requirements
 from dpql.plan.resolve import resolve_requirements
 from dpql.postprocess import iproj
 
-REAL = make_table(6000, seed=1)
-SYN = make_table(3000, seed=2, shift=0.4)
 TOL = Tolerance(within=0.05)
 
 
@@ -90,7 +88,7 @@ def test_releases_split_the_budget_by_weight_and_share_measures() -> None:
     np.testing.assert_allclose(joint.cell_sigmas(n, rho), l2 / math.sqrt(2 * rho))
 
 
-def test_measure_runs_one_release_per_weight_and_averages_shared_measures() -> None:
+def test_measure_runs_one_release_per_weight_and_averages_shared_measures(real) -> None:
     reqs = [
         CorrRequirement("age", "hours", TOL, weight=3.0),
         CorrRequirement("age", "x", TOL, weight=1.0),
@@ -98,23 +96,23 @@ def test_measure_runs_one_release_per_weight_and_averages_shared_measures() -> N
     ]
     m = expand_requirements(reqs, DOMAIN)
     rho = 0.02
-    oracle = ExactOracle(REAL, seed=3)
+    oracle = ExactOracle(real, seed=3)
     meas = iproj.measure(m.queries, oracle, rho, label="req", releases=m.releases)
     events = oracle.ledger.events
     assert [e.count for e in events] == [len(r.cells) for r in m.releases]
     assert math.fsum(e.rho for e in events) <= rho  # exact split: never above the budget
     assert math.fsum(e.rho for e in events) == pytest.approx(rho, rel=1e-12)
-    np.testing.assert_allclose(meas.sigma, m.cell_sigmas(REAL.n, rho), rtol=1e-9)
+    np.testing.assert_allclose(meas.sigma, m.cell_sigmas(real.n, rho), rtol=1e-9)
 
     # The averaged answers are unbiased with the stated sd: over 400 independent draws the
     # standardised errors of every cell have mean 0 and variance 1 (tolerances: 4 standard
     # errors of the mean, sd 1/sqrt(400), and of the variance, sqrt(2/399)).
-    true = np.concatenate(answer_all(list(m.queries), REAL))
+    true = np.concatenate(answer_all(list(m.queries), real))
     z = np.array(
         [
             (
                 iproj.measure(
-                    m.queries, ExactOracle(REAL, seed=s), rho, label="r", releases=m.releases
+                    m.queries, ExactOracle(real, seed=s), rho, label="r", releases=m.releases
                 ).noisy
                 - true
             )
@@ -145,14 +143,14 @@ def test_weighted_hull_projection_is_optimal_in_the_noise_metric() -> None:
     np.testing.assert_allclose((G[1:] - G[0]) @ (w * (a - p)), 0.0, atol=1e-9)
 
 
-def test_weighted_requirements_post_process_and_report_per_measure_noise() -> None:
+def test_weighted_requirements_post_process_and_report_per_measure_noise(real, syn) -> None:
     reqs = [
         CorrRequirement("age", "hours", TOL, weight=9.0),
         MeanRequirement("x", TruePred(), TOL, weight=1.0),
     ]
     m = expand_requirements(reqs, DOMAIN)
-    meas = iproj.measure(m.queries, ExactOracle(REAL, seed=4), 0.5, label="r", releases=m.releases)
-    res = iproj.iproject(SYN, meas, seed=0)
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=4), 0.5, label="r", releases=m.releases)
+    res = iproj.iproject(syn, meas, seed=0)
     assert res.kkt_violation <= 1e-6
     record = res.to_json()
     assert len(record["noise_sigma"]) == len(m.queries)
@@ -187,7 +185,9 @@ def test_plan_lists_one_release_per_weighted_requirement(spec_without_data: Path
     assert main(["plan", str(spec_without_data)]) == 0
 
 
-def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each_sd() -> None:
+def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each_sd(
+    real, syn
+) -> None:
     from types import SimpleNamespace
 
     from dpql.plan.ir import ModelRequirement
@@ -206,23 +206,23 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
         )
 
     plan = plan_of(logit, corr)
-    oracle = ExactOracle(REAL, seed=12)
-    out = run.run_postprocess(plan, oracle, SYN, seed=4)
+    oracle = ExactOracle(real, seed=12)
+    out = run.run_postprocess(plan, oracle, syn, seed=4)
     assert [e.phase for e in oracle.ledger.events] == ["iproj.measure"] * 2 + ["accept"]
     assert math.fsum(e.rho for e in oracle.ledger.events) <= 1.5
     js = json.loads(json.dumps(out.to_json()))
     corr_js = js["requirements"][1]
     # the corr's sd comes from its own, larger release: the delta method at its cells' sigmas
-    sig = plan.measures.cell_sigmas(REAL.n, 1.0)
+    sig = plan.measures.cell_sigmas(real.n, 1.0)
     assert sig[list(plan.measures.index[1])].max() < sig[list(plan.measures.index[0])].max()
     # ... which is smaller than in one joint release of all the measures (same budget)
     joint_plan = plan_of(replace(logit, weight=None), replace(corr, weight=None))
-    joint = run.run_postprocess(joint_plan, ExactOracle(REAL, seed=12), SYN, seed=4)
+    joint = run.run_postprocess(joint_plan, ExactOracle(real, seed=12), syn, seed=4)
     joint_corr = json.loads(json.dumps(joint.to_json()))["requirements"][1]
     # (its release's sigma is smaller: 3/4 of the budget for a fraction of the sensitivity)
     qs = plan.measures.queries
-    l2 = joint_l2_sensitivity(joint_plan.measures.queries, REAL.n)
-    l2_corr = joint_l2_sensitivity([qs[k] for k in plan.measures.index[1]], REAL.n)
+    l2 = joint_l2_sensitivity(joint_plan.measures.queries, real.n)
+    l2_corr = joint_l2_sensitivity([qs[k] for k in plan.measures.index[1]], real.n)
     assert l2_corr / math.sqrt(0.75) < 0.7 * l2
     assert corr_js["sigma"] < 0.8 * joint_corr["sigma"]
     assert js["requirements"][0]["excess_risk_bound"]["kind"] == "upper bound"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from guards import run_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -229,19 +230,20 @@ def test_example_policy_ships_in_the_repo() -> None:
     assert policy.model.max_epsilon >= 1.0  # the Adult example passes `dpql check` with it
 
 
+@pytest.mark.slow
 def test_readme_test_command_ends_with_the_passed_line(tmp_path: Path) -> None:
     """``-q`` in the README plus ``-q`` in pyproject's addopts would give ``-qq``, which hides
     pytest's final "N passed" line: run the README's command with the project's configuration
     on a one-test file and look at its last line."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
-    command = blocks[1].split("&&")[-1].split()
+    command = next(b for b in blocks if "pytest" in b).split("&&")[-1].split()
     assert command[:3] == ["python3", "-m", "pytest"], command
     (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
-    proc = subprocess.run(
+    proc = run_or_fail(
         [sys.executable, "-m", "pytest", *command[3:], "-c", str(ROOT / "pyproject.toml"),
          "--rootdir", str(tmp_path), "-p", "no:cacheprovider", str(tmp_path / "test_one.py")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+        "pytest on a one-test file", capture_output=True, text=True, cwd=tmp_path, check=False,
     )  # fmt: skip
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     assert proc.returncode == 0 and lines, proc.stdout + proc.stderr

@@ -50,7 +50,8 @@ def test_adult_domain_follows_the_schema() -> None:
             assert got.edges == tuple(float(e) for e in want)
         else:
             assert isinstance(got, CategoricalColumn) and got.values == tuple(col.values)
-    assert spec.domain["age"].card == 15 and spec.domain["capital_gain"].card == 10
+    # 15 and 10 bins, and the null bin of missing: keep (the default)
+    assert spec.domain["age"].card == 16 and spec.domain["capital_gain"].card == 11
     assert spec.domain["workclass"].values[0] == "?"  # quoted "?" stays a category
 
 
@@ -69,7 +70,7 @@ def test_dsl_strings_carry_the_position_of_their_content() -> None:
 def test_numeric_default_bins_and_hash_normalisation(tmp_path: Path) -> None:
     implicit = TINY.replace(", bins: 8}", "}")
     spec = load_spec(_write(tmp_path, implicit))
-    assert spec.domain["age"].card == DEFAULT_BINS
+    assert spec.domain["age"].card == DEFAULT_BINS + 1  # and the null bin of the default keep
     explicit = implicit.replace("integer: true}", f"integer: true, bins: {DEFAULT_BINS}}}")
     restyled = (
         explicit.replace("delta: 1e-9", "delta: 1.0e-09   # same number")
@@ -127,7 +128,7 @@ def test_valid_variants_load(tmp_path: Path) -> None:
         "missing rules": TINY.replace(
             "values: [Female, Male]}", 'values: [Female, Male, "?"], other: "?", missing: other}'
         ).replace("bins: 8}", "bins: 8, missing: fill, fill: 40}"),
-        # drop refuses corr / unconditional mean (E112); a conditional mean stays defined
+        # drop: the release describes the complete cases (W102)
         "global drop": TINY.replace("workload:\n", "missing: drop\n\nworkload:\n").replace(
             "corr(age, hours) within 0.05", 'mean(hours | sex == "Female") within 1'
         ),
@@ -148,7 +149,9 @@ def test_valid_variants_load(tmp_path: Path) -> None:
     }
     for what, text in variants.items():
         spec = load_spec(_write(tmp_path, text, f"{len(what)}.yaml"))
-        assert spec.warnings == (), what
+        # the population it describes: an explicit drop, or the default rule under gan
+        expected = ("W102",) if what in ("global drop", "gan") else ()
+        assert tuple(d.code for d in spec.warnings) == expected, what
     assert load_spec(_write(tmp_path, variants["no requirements"])).requirements == ()
     assert load_spec(_write(tmp_path, variants["parquet"])).data_format == "parquet"
     assert load_spec(_write(tmp_path, variants["coded categories"])).domain["sex"].values == (

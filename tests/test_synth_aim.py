@@ -80,14 +80,18 @@ AIM_SMALL = """  method: aim
   options: {rounds: 2, per_round: 2, iters: 20, final_iters: 20}"""
 
 
+@pytest.mark.slow
 def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     from dpql.pipeline import compile_release
 
     path = _spec(tmp_path, AIM_SMALL)
     plan = build_plan(load_spec(path))
     lines = [ln for ln in plan.table.lines if ln.phase.startswith("aim.")]
-    # per round: 2 one-at-a-time selections, then one release of both picks
+    # the spanning forest of the 4 columns' pairs: 3 one-at-a-time selections and one release;
+    # then per round: 2 one-at-a-time selections, then one release of both picks
     assert [(ln.phase, ln.mechanism) for ln in lines] == [("aim.init", "gaussian")] + [
+        ("aim.tree", m) for m in ["gumbel_top_k"] * 3 + ["gaussian"]
+    ] + [
         (f"aim.round[{i}]", m) for i in range(2) for m in ["gumbel_top_k"] * 2 + ["gaussian"]
     ]
     assert sum(ln.rho_per_release for ln in lines) <= plan.budget.rho * (1 + 1e-12)
@@ -101,12 +105,17 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     synth = pd.read_csv(res.table_path)
     assert len(synth) == 600 and set(synth.columns) == {"a", "b", "c", "age"}
     assert synth["age"].between(18, 80).all()
-    assert len(res.record["synthesizer"]["selected"]) == 4  # 2 rounds x 2 marginals
+    synthesizer = res.record["synthesizer"]
+    assert len(synthesizer["selected"]) == 3 + 4  # the forest's 3 edges, 2 rounds x 2 marginals
+    forest = synthesizer["spanning_forest"]
+    assert forest == synthesizer["selected"][:3] and synthesizer["picks_per_round"] == [3, 2, 2]
+    assert {c for pair in forest for c in pair} == {"a", "b", "c", "age"}  # a tree: all covered
     from dpql.cli import main
 
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
 
 
+@pytest.mark.slow
 def test_auto_release_verifies(tmp_path):
     from dpql.cli import main
     from dpql.pipeline import compile_release
@@ -117,6 +126,7 @@ def test_auto_release_verifies(tmp_path):
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
 
 
+@pytest.mark.slow
 def test_aim_and_auto_plans_import_neither_mbi_nor_jax(tmp_path):
     for synth in (AIM_SMALL, "  method: auto\n  rows: 600"):
         path = _spec(tmp_path, synth)
@@ -268,3 +278,94 @@ def test_balancer_targets_are_the_workload_marginals():
     assert set(maximal(cands, cols)) == {("a", "b", "c"), ("c", "d")}
     pairs = candidates([], cols)  # no marginal in the workload: every pair
     assert maximal(pairs, cols) == list(pairs)
+
+
+class _FirstOrRandomOracle:
+    """A stand-in for the measurement oracle's selection: a seeded pick from the offered pool
+    (any pick must keep the forest a forest), recording what each call offered."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.pools: list[list[tuple[str, ...]]] = []
+
+    def select(self, queries, answers, k, rho, **_):
+        self.pools.append([q.columns for q in queries])
+        return [int(self.rng.integers(len(queries)))]
+
+
+def _plan(columns, queries, rho, n, cards, **options):
+    from dpql.spec.models import AimOptions
+    from dpql.synth.aim import plan_aim
+
+    return plan_aim(columns, queries, rho, n, AimOptions.from_mapping(options), cards)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import _pick_forest
+    from dpql.synth.graphical import IndependentModel
+
+    cols = tuple("abcdefghij")
+    cards = [3, 4, 2, 5, 3, 6, 2, 4, 3, 2]
+    s = _plan(cols, [Marginal(cols[:3]), Marginal(cols[2:])], 0.5, 50_000, cards)
+    assert s.tree == len(cols) - 1 and s.picks(0) == s.tree and s.phase(0) == "aim.tree"
+    rng = np.random.default_rng(seed)
+    model = IndependentModel({c: rng.random(k) + 0.1 for c, k in zip(cols, cards, strict=True)},
+                             50_000)  # fmt: skip
+    oracle = _FirstOrRandomOracle(seed)
+    forest = _pick_forest(oracle, s, model, s.rounds[0][0], s.round_sigma(0), lambda cl: 9)
+    assert len(forest) == len(set(forest)) == len(cols) - 1
+    assert {c for pair in forest for c in pair} == set(cols)  # every column measured in a pair
+    # a spanning tree: every pick joined two components (no cycle), so it is connected
+    from dpql.synth.aim import spanning_picks
+
+    assert spanning_picks(cols, forest) == len(cols) - 1
+    assert all(len(pool) >= 1 for pool in oracle.pools) and len(oracle.pools) == s.tree
+
+
+def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import budget_lines, spanning_picks
+
+    cols = ("a", "b", "c", "d", "e")
+    # the workload's pairs join {a, b, c} and {d, e}: a forest of 3 edges, 2 components
+    assert spanning_picks(cols, [("a", "b"), ("b", "c"), ("a", "c"), ("d", "e")]) == 3
+    s = _plan(cols, [Marginal(("a", "b", "c")), Marginal(("d", "e"))], 1.0, 100_000, [4] * 5)
+    assert s.tree == 3 and set(s.tree_pairs) == {("a", "b"), ("a", "c"), ("b", "c"), ("d", "e")}
+    lines = budget_lines(s)
+    tree_lines = [ln for ln in lines if ln.phase == "aim.tree"]
+    assert [ln.mechanism for ln in tree_lines] == ["gumbel_top_k"] * 3 + ["gaussian"]
+    assert sum(ln.rho_per_release for ln in lines) <= 1.0 * (1 + 1e-12)
+    # a budget that affords fewer pairs than the forest needs: no forest (the AIM schedule)
+    poor = _plan(cols, [Marginal(cols)], 1e-6, 1_000, [4] * 5)
+    assert poor.tree == 0 and all(ln.phase != "aim.tree" for ln in budget_lines(poor))
+    # and the option turns it off
+    assert _plan(cols, [Marginal(cols)], 1.0, 100_000, [4] * 5, tree=False).tree == 0
+
+
+def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
+    from mbi import Domain
+
+    from dpql.synth.graphical import model_marginal, tree_model
+
+    rng = np.random.default_rng(3)
+    cards = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
+    dom = Domain(list(cards), list(cards.values()))
+    # a chain a - b - c and a separate edge d - e, drawn as a Bayesian network
+    pa = rng.dirichlet(np.ones(3))
+    b_a, c_b = rng.dirichlet(np.ones(4), 3), rng.dirichlet(np.ones(2), 4)
+    pd_, e_d = rng.dirichlet(np.ones(5)), rng.dirichlet(np.ones(3), 5)
+    ab = pa[:, None] * b_a
+    bc = ab.sum(0)[:, None] * c_b
+    de = pd_[:, None] * e_d
+    one = {"a": pa, "b": ab.sum(0), "c": bc.sum(0), "d": pd_, "e": de.sum(0)}
+    # pairs in either column order, as measured
+    pairs = {("a", "b"): ab.ravel(), ("c", "b"): bc.T.ravel(), ("d", "e"): de.ravel()}
+    model = tree_model(dom, one, pairs, 1000)
+    assert sorted(model.cliques) == sorted(pairs)
+    for cl, y in pairs.items():
+        np.testing.assert_allclose(model_marginal(model, cl), 1000 * y, rtol=1e-5)  # float32
+    # the components are independent in the model
+    np.testing.assert_allclose(model_marginal(model, ("a", "e")),
+                               1000 * np.outer(pa, one["e"]).ravel(), rtol=1e-5)  # fmt: skip

@@ -47,6 +47,7 @@ def _measurements(seed: int, cliques) -> list:
     return out
 
 
+@pytest.mark.slow
 def test_quick_start_estimate_equals_mbi_mirror_descent():
     """Same steps from the same start: only the placeholder initial marginals/loss differ,
     and no step reads them."""
@@ -139,6 +140,7 @@ def test_sample_rows_independent_model_rounds_exactly():
     assert chi2 < 13.8  # chi-square, 2 df, p = 0.001
 
 
+@pytest.mark.slow
 def test_model_marginal_on_a_loopy_model_is_mbis_variable_elimination():
     """A cycle of 3-way cliques (where one einsum over all potentials would fall back to a loop
     over the product of all domains): elimination gives mbi's own out-of-model marginals."""

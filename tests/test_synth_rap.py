@@ -103,6 +103,7 @@ def workload(domain: Domain, seed: int) -> list:
     ]
 
 
+@pytest.mark.slow
 def test_relaxed_answers_equal_exact_on_integral_rows():
     domain = small_domain()
     table = random_table(domain, 300, 1)
@@ -136,6 +137,7 @@ def test_relaxed_answers_equal_exact_on_integral_rows():
         np.testing.assert_allclose(r, e, atol=2e-4, err_msg=repr(q))
 
 
+@pytest.mark.slow
 def test_tiled_marginal_loss_equals_the_loss_over_cells():
     """Cutting blocks into TILE-wide tiles (sizes 2, 9 and 19 straddle tile edges) changes
     nothing: the jitted loss equals sum w * (relaxed marginal - target)^2 over real cells."""
@@ -239,6 +241,7 @@ def tvd(a, b):
     return 0.5 * float(np.abs(a - b).sum())
 
 
+@pytest.mark.slow
 def test_rap_fits_measured_marginals_better_than_uniform_rows():
     domain = small_domain()
     rng = np.random.default_rng(5)

@@ -17,8 +17,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
 import pytest
+from releases import write_small_release
 
 import dpql
 from dpql.audit import verify_release
@@ -27,6 +27,8 @@ from dpql.io import public_mode
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import PrivacyEvent
 from dpql.signing import SigningError, sign_record, verify_signature
+
+pytestmark = pytest.mark.e2e  # every test reads the one signed release the fixture compiles
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult"
@@ -48,21 +50,7 @@ class Release:
 def release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     """The example spec on 2000 rows, two RAP rounds, signed with a fresh key."""
     folder = tmp_path_factory.mktemp("signed")
-    pd.read_csv(EXAMPLE / "adult_train.csv.gz").head(2000).to_csv(folder / "train.csv", index=False)
-    text = (EXAMPLE / "adult.release.yaml").read_text(encoding="utf-8")
-    text = text.replace("adult_train.csv.gz", "train.csv").replace("rows: 32561", "rows: 2000")
-    text = re.sub(
-        r"workload:\n(  - .*\n)+",
-        "workload:\n  - marginals(2) over [age, sex, income, race]\n"
-        "  - count(age >= 65 and hours_per_week > 40)\n",
-        text,
-    )
-    text = text.replace(
-        "  rows: 2000\n\npostprocess",
-        "  rows: 2000\n  options: {rounds: 2, relaxed_rows: 100, iterations: 50}\n\npostprocess",
-    )
-    spec = folder / "release.yaml"
-    spec.write_text(text, encoding="utf-8")
+    spec = write_small_release(folder, rows=2000)
     key = folder / "keys" / "curator.key"
     key.parent.mkdir()
     assert main(["keygen", "--out", str(key)]) == 0
@@ -385,3 +373,29 @@ def test_hostile_input_fails_cleanly(release: Release, tmp_path: Path, capsys, n
 
 def _synthetic(args: list[str]) -> str | None:
     return args[1] if args else None
+
+
+# ---------------------------------------------------------------------------------------------
+# fields an unsigned verify covers (issue 35)
+
+
+@pytest.mark.parametrize("count", [2**63 - 1, 10**12])
+def test_a_gaussian_event_count_beyond_the_plan_fails_without_a_key(
+    release: Release, tmp_path: Path, capsys, count: int
+) -> None:
+    record = _unsigned(release.load())
+    events = record["privacy"]["events"]
+    i = next(k for k, e in enumerate(events) if e["mechanism"] == "gaussian")
+    events[i]["count"] = count
+    code, out = _verify(capsys, str(_write(tmp_path / "count.json", record)))
+    assert code == 1 and "V016" in out and f"count {count:,}" in out, out
+
+
+def test_a_record_with_a_key_twice_fails(release: Release, tmp_path: Path, capsys) -> None:
+    """Python keeps the last value, other parsers the first: such a record is refused."""
+    text = json.dumps(_unsigned(release.load()), indent=2)
+    i = text.index('"epsilon"')
+    path = tmp_path / "twice.json"
+    path.write_text(text[:i] + '"epsilon": 1e-9, ' + text[i:], encoding="utf-8")
+    code, out = _verify(capsys, str(path))
+    assert code == 1 and "V000" in out and "'epsilon' twice" in out

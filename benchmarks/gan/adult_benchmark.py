@@ -183,6 +183,7 @@ def main() -> None:
     assert encoding.width(domain) == 106
     train, test = load(DATA / "adult_train.csv", domain), load(DATA / "adult_test.csv", domain)
     base = GanOptions(
+        preset="paper",
         ae_steps=max(1, round(10_000 * args.steps_scale)),
         critic_steps=max(1, round(15_000 * args.steps_scale)),
     )

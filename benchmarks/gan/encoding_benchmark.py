@@ -12,7 +12,7 @@ Variants: ``minmax`` (the paper's encoding and DP-SGD setting), ``bins`` (public
 encoding, paper setting), ``bins+marginals`` (public-bin encoding, paper setting, 10% of the
 rho on DP 1-way marginals and resampling to them), ``bins+fit`` (the example's options since
 issue 16: half the rho on DP 1-way and workload 2-way marginals, the generator fitted to them,
-fewer and larger DP-SGD steps).
+fewer and larger DP-SGD steps), ``default`` (no options: the defaults, bins+fit's configuration).
 
     python benchmarks/gan/encoding_benchmark.py --epsilon 1 --variants bins+fit minmax
 """
@@ -41,7 +41,7 @@ PAPER: dict[str, Any] = {
     "ae_batch_size": 64, "ae_steps": 10_000, "critic_batch_size": 128, "critic_steps": 15_000,
     "critic_steps_per_generator_step": 15, "marginal_share": 0.0, "finetune_steps": 0,
 }  # fmt: skip
-VARIANTS: dict[str, dict[str, Any]] = {
+VARIANTS: dict[str, dict[str, Any] | None] = {
     "minmax": {**PAPER, "encoding": "minmax"},
     "bins": {**PAPER, "encoding": "bins"},
     "bins+marginals": {**PAPER, "encoding": "bins", "marginal_share": 0.1, "marginal_ways": 1,
@@ -52,6 +52,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                  "ae_batch_size": 256, "ae_steps": 1000, "critic_batch_size": 256,
                  "critic_steps": 1000, "critic_steps_per_generator_step": 5,
                  "finetune_steps": 2000},
+    # `method: gan` with no options at all: the defaults, which are bins+fit's configuration
+    "default": None,
 }
 
 
@@ -61,7 +63,10 @@ def write_spec(variant: str, eps: float, workdir: Path, delta: float = 1e-5) -> 
     spec["workload"] = ["marginals(3)"]
     spec["privacy"] = {"epsilon": float(eps), "delta": float(delta), **{
         k: v for k, v in spec["privacy"].items() if k == "split"}}  # fmt: skip
-    spec["synthesizer"]["options"].update(VARIANTS[variant])
+    if VARIANTS[variant] is None:
+        spec["synthesizer"].pop("options")
+    else:
+        spec["synthesizer"]["options"].update(VARIANTS[variant])
     tag = f"{variant.replace('+', '_')}_eps{eps:g}"
     spec["output"] = {
         "path": str(workdir / f"gan_{tag}.csv"),

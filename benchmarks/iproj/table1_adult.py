@@ -172,6 +172,7 @@ def _gan(table: EncodedTable, eps: float, seed: int, a: argparse.Namespace):
     from dpql.synth.gan import GanOptions, plan_gan, sample, train_gan
 
     options = GanOptions(
+        preset="paper",
         ae_steps=max(1, round(10_000 * a.gan_steps_scale)),
         critic_steps=max(1, round(15_000 * a.gan_steps_scale)),
         seed=seed,

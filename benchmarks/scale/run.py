@@ -229,7 +229,8 @@ def dpsgd_child(path: Path, steps: int, engine: str) -> dict[str, object]:
 
     dom = domain()
     options = GanOptions.from_mapping(
-        {"ae_steps": steps, "critic_steps": steps, "noise_multipliers": [1.0, 1.0]}
+        {"preset": "paper", "ae_steps": steps, "critic_steps": steps,
+         "noise_multipliers": [1.0, 1.0]}
     )
     baseline = peak_rss_mib()
     t0 = time.perf_counter()

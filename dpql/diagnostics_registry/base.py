@@ -15,6 +15,7 @@ CODE_PATTERN = re.compile(r"[EWPV]\d{3}")
 # ``dpql`` commands that report a code (see README "The command line")
 PLANS = ("plan", "check", "compile", "evaluate")  # every command that loads a spec and plans it
 READS_DATA = ("compile", "evaluate")
+DATA_FILE = (*READS_DATA, "validate")  # the data file's codes: validate reads it too
 CHECK = ("check",)
 COMPILE = ("compile",)
 EVALUATE = ("evaluate",)

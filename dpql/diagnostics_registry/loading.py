@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dpql.diagnostics_registry.base import CHECK, PLANS, EntryList
+from dpql.diagnostics_registry.base import CHECK, PLANS, DiagnosticCode, EntryList
 
 ENTRIES = EntryList()
 
@@ -42,8 +42,9 @@ ENTRIES.error(
 ENTRIES.error(
     "E005",
     "file cannot be read (missing, unreadable, not UTF-8)",
-    PLANS,
+    (*PLANS, "ledger"),
     "dpql.lifetime",
+    "dpql.ledger_report",
     LOAD,
     details="file cannot be read (missing, unreadable, not UTF-8): the spec, the policy or the "
     "lifetime ledger",
@@ -95,6 +96,33 @@ ENTRIES.error(
     "dpql.lifetime",
     details="malformed privacy-ledger line (not JSON, or a bad record)",
     points="`ledger.jsonl:LINE`",
+)
+ENTRIES.error(
+    "E030",
+    "a TODO left in a draft spec of dpql init",
+    PLANS,
+    "dpql.spec.todo",
+    details="a value is still `TODO`, a blank `dpql init` left for the curator (the public row "
+    "count, a column's type, bounds or categories); the hint says what goes there",
+    points="the TODO",
+)
+ENTRIES.error(
+    "E031",
+    "dpql init cannot write the draft (the output exists, or cannot be written)",
+    ("init",),
+    "dpql.init",
+    details="`dpql init` cannot write the draft: the output path exists (it never overwrites a "
+    "file) or cannot be written",
+    points="the output file",
+)
+ENTRIES.error(
+    "E032",
+    "bad codebook for dpql init",
+    ("init",),
+    "dpql.init",
+    details="`dpql init --codebook`: the codebook cannot be read, is not of the documented "
+    "form (`docs/init.md`), or names a column the data file's header does not",
+    points="the codebook, or the entry",
 )
 ENTRIES.error(
     "E101",
@@ -181,7 +209,9 @@ ENTRIES.error(
     PLANS,
     CHECKS,
     "dpql.synth.gan.backend",
-    details="missing-value rule invalid: `missing: other` without an `other` category, "
+    details="missing-value rule invalid: `missing: error` (refused: a release would depend on "
+    "one record; use keep, drop, fill or other, and `dpql validate` for the strict look), "
+    "`missing: other` without an `other` category, "
     "`missing: fill` without `fill`, a `fill`/`other` value outside the column's domain, "
     "`missing: keep` with the gan synthesizer (refused by its plan)",
     points="the rule or value",
@@ -205,17 +235,16 @@ ENTRIES.error(
     "`requirements` 200, one DSL string 10,000 characters, `edges` 1,000,001",
     points="the value",
 )
-ENTRIES.error(
-    "E112",
-    "requirement cannot be estimated under `missing: drop` (corr, linear, logistic, "
-    "unconditional mean)",
-    PLANS,
-    CHECKS,
-    details="a `corr`, `linear`, `logistic` or unconditional `mean` requirement in a spec with "
-    "a `missing: drop` column: a dropped row contributes 0 to every sum over the public n, "
-    "which biases first and second moments; a conditional mean (`mean(x` given `p)`) and "
-    "`count` stay well defined",
-    points="the requirement",
+ENTRIES.append(
+    DiagnosticCode(
+        "E112",
+        "error",
+        "requirement cannot be estimated under `missing: drop` (no longer reported: a release "
+        "under drop describes the complete cases, and every requirement is estimated over them)",
+        PLANS,
+        (),
+        reserved=True,
+    )
 )
 ENTRIES.error(
     "E120",
@@ -241,6 +270,26 @@ ENTRIES.error(
     "length",
     points="`group.file`, or the file's line",
 )
+ENTRIES.error(
+    "E122",
+    "a public input file is the data file",
+    PLANS,
+    "dpql.spec.files",
+    details="a `values_file`, `group.file` or the external synthesizer's `path` names the data "
+    "file (`data.path`): the same path, after resolving links, or the same file (a hard link); "
+    "refused before it is opened. A copy of the data file (the same bytes) is refused by "
+    "`dpql compile`, which hashes the data file anyway, before anything is measured",
+    points="the public file's path in the spec",
+)
+ENTRIES.error(
+    "E123",
+    "a public file does not have the sha256 the spec pins",
+    PLANS,
+    "dpql.spec.files",
+    details="`values_sha256` (with `values_file`) or `group.sha256` (with `group.file`) is "
+    "given in the spec, and the file read has another sha256",
+    points="the pinned hash",
+)
 ENTRIES.warning(
     "W101",
     "delta is not below 1/rows (allowed in the spec; policies usually forbid it)",
@@ -249,6 +298,26 @@ ENTRIES.warning(
     details="`delta` is not below `1/rows` (allowed in the spec; policies usually forbid it, see "
     "`P006`)",
     points="`privacy.delta`",
+)
+ENTRIES.warning(
+    "W102",
+    "`missing: drop`: the table describes the rows where the column is present",
+    PLANS,
+    CHECKS,
+    details="a column has `missing: drop`: the release describes the complete cases (the rows "
+    "where every dropped column is present), not every row (`docs/missing.md`)",
+    points="the column's `missing` (or the top-level one)",
+)
+ENTRIES.warning(
+    "W103",
+    "an integer column looks like codes or years but is binned numerically",
+    PLANS,
+    CHECKS,
+    details="an integer column whose name says codes or years (occupation, industry, year, "
+    "...), or whose bounds are calendar years, has bins wider than one integer: a bin mixes "
+    "codes and the release draws values that may not exist; declare it categorical (or a "
+    "`values_file` with a `group`)",
+    points="the column",
 )
 
 # ------------------------------------------------------------------------------------------------
@@ -403,6 +472,12 @@ for _code, _title, _details in [
         "lifetime delta (the policy's lifetime.delta) would be exceeded",
         "the lifetime delta would exceed `lifetime.delta` (deltas add under basic composition; "
         "RDP-composed releases count the delta they are converted at once)",
+    ),
+    (
+        "P009",
+        "the compile is estimated to take longer than the policy's max_minutes",
+        "the compile estimate's time (`dpql plan`, `dpql/plan/resources.py`) is above "
+        "`max_minutes`: CI can refuse a spec that would run for hours",
     ),
 ]:
     _extra = {"details": _details} if _details else {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dpql.diagnostics_registry.base import (
     COMPILE,
+    DATA_FILE,
     EVALUATE,
     KEYGEN,
     PLANS,
@@ -26,30 +27,32 @@ DUCKDB, SPARK = "dpql.data.engines.duckdb", "dpql.data.engines.spark"
 ENTRIES.error(
     "E401",
     "data file cannot be opened (missing, a directory, no permission)",
-    READS_DATA,
+    DATA_FILE,
     DATA_LOAD,
     points="the file",
 )
 ENTRIES.error(
     "E402",
     "data format cannot be inferred from the file name",
-    READS_DATA,
+    DATA_FILE,
     DATA_LOAD,
     points="the file",
 )
 ENTRIES.error(
     "E403",
-    "data file is empty, or no rows are left after dropping missing values",
-    READS_DATA,
+    "data file is empty or has no rows",
+    DATA_FILE,
     DATA_LOAD,
+    "dpql.data.frame",
     SQL_ENGINE,
-    details="data file is empty, has no rows, or no rows are left after `missing: drop`",
+    details="data file is empty, has no header line or no rows (no rows left after "
+    "`missing: drop` is not an error: a release never depends on one record)",
     points="the file",
 )
 ENTRIES.error(
     "E404",
     "a column declared in the schema is absent from the data",
-    READS_DATA,
+    DATA_FILE,
     CODEC,
     details="a column declared in the schema is absent from the data (the data's other column "
     "names are shown only with `--show-values`)",
@@ -57,38 +60,35 @@ ENTRIES.error(
 )
 ENTRIES.error(
     "E405",
-    "categorical cells with values not declared in the schema (and no 'other' catch-all)",
-    READS_DATA,
-    CODEC,
-    details="a categorical column has cells whose value is not among its `values` and no "
-    "`other` catch-all: the number of such rows and a row; the hint suggests "
-    "`schema.COLUMN.other` (a catch-all chosen without looking at the data), never adding the "
-    "value",
-    points="that row",
+    "categorical cells with values not declared in the schema (no longer an error)",
+    DATA_FILE,
+    details="categorical cells with values not declared in the schema: an undeclared category "
+    "now goes to the column's `other` catch-all, else it is a missing cell under the column's "
+    "rule; `dpql validate` lists such cells",
+    reserved=True,
 )
 ENTRIES.error(
     "E406",
-    "a numeric cell is not a finite number, or a column's storage type cannot hold it",
-    READS_DATA,
+    "a column's storage type cannot hold it",
+    DATA_FILE,
     CODEC,
-    details="a numeric cell is not a finite number (the number of such rows and a row, not the "
-    "cell), or a column's storage type cannot hold the column",
-    points="that row, or the file",
+    details="a column's storage type cannot hold it (e.g. a Parquet boolean for a numeric "
+    "column); a cell that is not a finite number is no longer an error but a missing cell under "
+    "the column's rule (`dpql validate` lists them)",
+    points="the file",
 )
 ENTRIES.error(
     "E407",
-    "missing values in a column whose missing-value rule is 'error'",
-    READS_DATA,
-    CODEC,
-    details="missing cells in a column whose missing-value rule is `error`: their number and the "
-    "first row; the hint gives `drop` (n stays the public `data.rows`), `fill` and, for "
-    "categorical columns, `other`",
-    points="the first such row",
+    "missing values in a column whose missing-value rule is 'error' (no longer an error)",
+    DATA_FILE,
+    details="missing values under `missing: error`: that rule is now refused in the spec "
+    "(`E109`); `dpql validate` lists empty cells",
+    reserved=True,
 )
 ENTRIES.error(
     "E408",
     "missing-value rule names an unknown column or a value outside the domain",
-    READS_DATA,
+    DATA_FILE,
     CODEC,
     details="a missing-value rule names an unknown column, or a `fill`/`other` value outside the "
     "domain (public spec values; the spec loader's `E109` catches these first)",
@@ -97,13 +97,25 @@ ENTRIES.error(
 ENTRIES.error(
     "E409",
     "data file is malformed (CSV syntax, gzip, Parquet, text encoding)",
-    READS_DATA,
+    (*DATA_FILE, "init"),
     DATA_LOAD,
+    "dpql.data.header",
     DUCKDB,
     SPARK,
-    details="the file is malformed (CSV syntax such as a row with the wrong number of fields, "
-    "gzip, Parquet, text encoding); the reader's own message only with `--show-values`",
+    details="the file as a whole is malformed (gzip, Parquet, a header that is not UTF-8 or "
+    "names a column twice), or a line is longer than 8 MiB; a malformed record (wrong number of "
+    "fields, bytes that are not UTF-8) is not an error but a row of empty cells; the reader's own "
+    "message only with `--show-values`",
     points="the line, when known",
+)
+ENTRIES.error(
+    "E411",
+    "the data file has more rows than data.rows",
+    DATA_FILE,
+    DATA_LOAD,
+    details="the data file has more rows than the public `data.rows` (reading stops there, so "
+    "a file that expands without end, such as a gzip bomb, is refused early)",
+    points="the file",
 )
 ENTRIES.error(
     "E410",
@@ -114,6 +126,17 @@ ENTRIES.error(
     details="the measurement engine failed on the data (DuckDB or Spark; out of memory or disk, "
     "mostly), or cannot run (Spark without pyspark or Java): the error's class, its message only "
     "with `--show-values`",
+    points="the file",
+)
+
+ENTRIES.error(
+    "E412",
+    "an external (public) table does not fit the schema",
+    COMPILE,
+    DATA_LOAD,
+    details="an external synthesizer's table (public) has a cell outside the schema: a value "
+    "not declared, a number not finite or out of bounds, an empty cell outside a `missing: "
+    "keep` column, or a malformed row; the message names the row, the column and the value",
     points="the file",
 )
 
@@ -258,8 +281,32 @@ ENTRIES.error(
     COMPILE,
     "dpql.commit",
     details="an output location is unusable, checked before any data is read: the table, record "
-    "or curator path is a directory (or not a regular file), two outputs share one path, or a "
-    "folder cannot be created or written. Nothing is read or spent",
+    "or curator path is a directory (or not a regular file), two outputs (the ledger and the "
+    "curator key included) are one file, a path holds a NUL byte or a name longer than the file "
+    "system allows, or a folder cannot be created or written. Nothing is read or spent",
+)
+ENTRIES.error(
+    "E618",
+    "an output or the ledger is an input of the release (checked before any data is read)",
+    ("compile", "evaluate"),
+    "dpql.commit",
+    "dpql.evaluate.cli",
+    details="the table, record, curator file, curator HMAC key or lifetime ledger is the spec, "
+    "the data file, a values or group file, the external table, the policy or the signing key "
+    "(the same path, after resolving links, or the same file): writing it would destroy the "
+    "input; or `dpql evaluate`'s report folder is or holds one of its inputs. Nothing is read "
+    "or spent",
+    points="the output's path in the spec",
+)
+ENTRIES.error(
+    "E619",
+    "the curator file or its HMAC key is inside the published folder",
+    COMPILE,
+    "dpql.commit",
+    details="the curator file or `dpql-curator.key` is in the folder of the table or the record "
+    "(or below it, when that folder holds neither the spec nor the data): that folder is meant "
+    "to be published whole, and the curator file and key never are. Nothing is read or spent",
+    points="`output.curator`",
 )
 ENTRIES.error(
     "E614",
@@ -273,13 +320,34 @@ ENTRIES.error(
 ENTRIES.error(
     "E615",
     "the lifetime ledger cannot be used",
-    ("check", "compile"),
+    ("check", "compile", "ledger"),
     "dpql.lifetime",
-    "dpql.commit",
+    "dpql.project",
+    "dpql.ledger_report",
     details="the lifetime ledger cannot be used: it is a directory or not a regular file, its "
-    "folder cannot be created or written, a policy names a ledger that does not exist (create "
-    "it empty before the first release), or `dpql compile --policy` would record in another "
-    "ledger than the policy's. Checked before any data is read",
+    "folder cannot be created or written, or the release would be recorded in another ledger "
+    "than the policy's `lifetime.ledger` (or the project file's `ledger`) by `--ledger` or "
+    "`output.ledger`; `dpql ledger` found no ledger to show. Checked before any data is read",
+)
+ENTRIES.error(
+    "E616",
+    "releases of one data source are recorded in more than one ledger",
+    ("check", "compile", "ledger"),
+    "dpql.project",
+    details="releases of the spec's data source are recorded in another ledger than the one "
+    "this release answers to (an older per-spec ledger, a default ledger from before a policy "
+    "applied, a ledger the policy no longer names): a lifetime cap counts only when every "
+    "release of a data source is in one ledger. Merge the ledgers (append the lines, delete "
+    "the other file). Checked before any data is read",
+)
+ENTRIES.error(
+    "E617",
+    "two project or policy files in one folder: which one decides is ambiguous",
+    ("check", "compile", "ledger"),
+    "dpql.project",
+    details="the folder that decides a spec's policy and ledger (the nearest one at or above "
+    "the spec holding `dpql.yaml` or a policy file) holds two project files, two policy files, "
+    "or a project file beside a policy file it does not name. Keep one, or pass `--policy`",
 )
 
 
@@ -290,7 +358,7 @@ PROVENANCE, AUDIT = "dpql.provenance", "dpql.audit"
 
 ENTRIES.error(
     "V000",
-    "the record file cannot be read (missing, too large, not UTF-8, not JSON)",
+    "the record file cannot be read (missing, too large, not UTF-8, not JSON, a duplicate key)",
     VERIFY,
     AUDIT,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,8 @@ import pandas as pd
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
-from dpql.evaluate.report import PRIVATE_WARNING, build_report
+from dpql.evaluate.metrics import readable
+from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report
 
 if TYPE_CHECKING:
     from dpql.spec.load import LoadedSpec
@@ -42,6 +44,33 @@ def default_report_dir(spec: LoadedSpec, synthetic: Path) -> Path:
     return curator_path(spec).parent / f"{stem}{REPORT_SUFFIX}"
 
 
+def _check_report_dir(
+    spec: LoadedSpec, output: Path, synthetic: str | Path, holdout: str | Path | None
+) -> None:
+    """E618 before any data is read when the report folder is an input or holds one (the
+    report's files would replace it): the spec, the data, the public files, the tables."""
+    from dpql.commit import release_inputs
+    from dpql.spec.files import same_file
+
+    inputs = release_inputs(spec) | {"synthetic table": Path(synthetic).absolute()}
+    if holdout:
+        inputs["holdout table"] = Path(holdout).absolute()
+    folder = output.absolute()
+    for what, path in inputs.items():
+        if same_file(folder, path) or same_file(folder, path.parent):
+            raise DiagnosticError(
+                [
+                    Diagnostic(
+                        "E618",
+                        f"the report folder {output} is or holds the {what}: the report's files "
+                        "would replace an input",
+                        SourcePos(str(output)),
+                        "give --output a folder of its own",
+                    )
+                ]
+            )
+
+
 def plain_progress(
     stream: TextIO | None = None, every: float = 5.0
 ) -> tuple[Callable[[str, int, int], None], Callable[[], None]]:
@@ -59,35 +88,47 @@ def _read(path: Path) -> pd.DataFrame:
     return read_frame(path, data_format(path))
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    """Build and write the report; print where it is and its headline numbers. Exit 0.
-
-    Requirement failures are reported, not turned into an exit status: the report informs the
-    curator; acceptance checks belong to ``dpql compile``. Raises :class:`DiagnosticError`
-    (exit 1) for bad input, including a missing scikit-learn or matplotlib (E602).
-    """
+def make_report(
+    spec_path: str | os.PathLike[str],
+    synthetic: str | os.PathLike[str],
+    *,
+    holdout: str | os.PathLike[str] | None = None,
+    output: str | os.PathLike[str] | None = None,
+    label: str | None = None,
+    progress: bool | Callable[[str, int, int], None] = True,
+) -> tuple[EvaluationReport, Path]:
+    """Build and write the report (``dpql evaluate``); returns it and its ``index.html``.
+    ``progress``: True for bars on a terminal (plain lines otherwise) on stderr, a callable
+    ``progress(step, done, total)``, or False. Raises :class:`DiagnosticError` for bad input,
+    including a missing scikit-learn or matplotlib (E602)."""
     from dpql.data.load import read_frame, rules_from_spec
     from dpql.plan.planner import build_plan
     from dpql.progress import progress_bars
     from dpql.spec.load import load_spec
 
-    spec = load_spec(args.spec)
+    spec = load_spec(spec_path)
     plan = build_plan(spec)
-    output = Path(args.output) if args.output else default_report_dir(spec, Path(args.synthetic))
+    out = Path(output) if output else default_report_dir(spec, Path(synthetic))
+    _check_report_dir(spec, out, synthetic, holdout)
     missing, other = rules_from_spec(spec.model)
     real = read_frame(spec.data_path, spec.data_format)
-    synthetic = _read(Path(args.synthetic))
-    holdout = _read(Path(args.holdout)) if args.holdout else None
+    synthetic_df = _read(Path(synthetic))
+    holdout_df = _read(Path(holdout)) if holdout else None
     print(PRIVATE_WARNING, file=sys.stderr)
-    from rich.console import Console
+    if callable(progress):
+        update, stop = progress, lambda: None
+    elif progress:
+        from dpql.terminal import SafeConsole
 
-    bars = sys.stderr.isatty()
-    update, stop = progress_bars(Console(stderr=True)) if bars else plain_progress()
+        bars = sys.stderr.isatty()
+        update, stop = progress_bars(SafeConsole(stderr=True)) if bars else plain_progress()
+    else:
+        update, stop = None, lambda: None
     try:
         report = build_report(
-            spec.domain, real, synthetic, plan.queries, plan.requirements,
-            holdout_df=holdout, label=args.label, output_dir=output, progress=update,
-            seed=plan.seed, missing=missing, other=other,
+            spec.domain, real, synthetic_df, plan.queries, plan.requirements,
+            holdout_df=holdout_df, label=label, output_dir=out, progress=update,
+            seed=plan.seed, missing=missing, other=other, method=plan.method,
         )  # fmt: skip
     except MissingExtraError as e:
         raise DiagnosticError(
@@ -95,10 +136,23 @@ def run_evaluate(args: argparse.Namespace) -> int:
         ) from None
     finally:
         stop()
-    page = output / "index.html"
+    return report, out / "index.html"
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Build and write the report; print where it is and its headline numbers. Exit 0.
+
+    Requirement failures are reported, not turned into an exit status: the report informs the
+    curator; acceptance checks belong to ``dpql compile``. Raises :class:`DiagnosticError`
+    (exit 1) for bad input, including a missing scikit-learn or matplotlib (E602).
+    """
+    report, page = make_report(
+        args.spec, args.synthetic, holdout=args.holdout, output=args.output, label=args.label
+    )
     if args.format == "json":
         s = report.to_json()
-        keep = ("private", "warning", "rows", "label", "test_set", "requirements", "tstr")
+        keep = ("private", "warning", "rows", "label", "test_set", "requirements", "tstr",
+                "headline", "notes")  # fmt: skip
         summary = {k: s[k] for k in keep} | {
             "report": str(page),
             "workload": s["workload"]["classes"],
@@ -107,16 +161,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     print(f"report: {page} (PRIVATE: do not publish)")
+    if report.headline is not None:
+        print(f"  {report.headline.text()}")
     for c in report.workload:
-        print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {c.mean:.4g}  max {c.max:.4g}")
+        print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {readable(c.mean)}  "
+              f"max {readable(c.max)}")  # fmt: skip
     verdict = {True: "pass", False: "FAIL", None: "-"}
     for r in report.requirements:
         # a model requirement is compile's test: one model fitted on the synthetic table,
         # its metric on the real table vs on the synthetic table
         model = " (model fitted on synthetic)" if r.train_on_real is not None else ""
         print(
-            f"  {verdict[r.passed]:<4} {r.requirement}{model}: real {r.real:.4g}, "
-            f"synthetic {r.synthetic:.4g} ({r.tolerance or 'no tolerance'})"
+            f"  {verdict[r.passed]:<4} {r.requirement}{model}: real {readable(r.real)}, "
+            f"synthetic {readable(r.synthetic)} ({r.tolerance or 'no tolerance'})"
         )
     for t in report.tstr:
         print(
@@ -124,5 +181,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             f"{t.train_on_synthetic.accuracy:.3f}, AUC {t.train_on_real.auc:.3f} / "
             f"{t.train_on_synthetic.auc:.3f}"
         )
+    if not report.tstr:
+        print(f"  {report.notes[0]}")
     print(f"  correlation L1 difference {report.correlation_l1:.4g}")
     return 0

@@ -1,11 +1,10 @@
 """The DP-auto-GAN paper's utility and diversity metrics (numpy / scikit-learn; no JAX).
 
 Curator-side evaluation of a synthetic table against real tables (non-private; never part of a
-release). Definitions follow Tantipongpipat et al. 2019, §4 and App. C (digest `dp_auto_gan.md`
-§6):
+release). Definitions follow Tantipongpipat et al. 2019, §4 and App. C:
 
-* dimension-wise probability (§6.1): per category indicator, the real vs synthetic share;
-* dimension-wise prediction (§6.2): per column, predict it from the others with a model fit on
+* dimension-wise probability (§4.1): per category indicator, the real vs synthetic share;
+* dimension-wise prediction (§4.1-4.2): per column, predict it from the others with a model fit on
   the real training table (A) and one fit on the synthetic table (B), both scored on the real
   test table: random forest (10 trees) + F1 for categorical columns (binary F1 of code 1 for
   two-valued columns, micro-averaged otherwise), Lasso (alpha 1) + R^2 in original units for
@@ -13,7 +12,7 @@ release). Definitions follow Tantipongpipat et al. 2019, §4 and App. C (digest 
   [0, 1]), as in the authors' code. The paper fits on every training row; a caller may cap the
   rows each model is fit on (``max_train_rows``, a uniform sample without replacement) and fit
   the independent models on several threads (``workers``), which gives the same scores;
-* diversity (§6.4): the Jensen-Shannon divergence and the mu-smoothed KL divergence
+* diversity (§4.2, App. E.5): the Jensen-Shannon divergence and the mu-smoothed KL divergence
   ``D_KL^mu(P||Q) = sum_{x in supp P} (P(x)+mu) log((P(x)+mu)/(Q(x)+mu))``, with
   ``mu = exp(-penalize / (1 - max_x P(x)))`` (penalize = 1 in the paper), natural log.
 """
@@ -201,7 +200,7 @@ def smoothing_mu(p: np.ndarray, penalize: float = 1.0) -> float:
 
 
 def smoothed_kl(p: np.ndarray, q: np.ndarray, mu: float | None = None) -> float:
-    """``D_KL^mu(P||Q)`` over the support of P (paper §4.3, Eq. in digest §6.4)."""
+    """``D_KL^mu(P||Q)`` over the support of P (Tantipongpipat et al. 2019, §4.2)."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     mu = smoothing_mu(p) if mu is None else mu
     s = p > 0

@@ -1,15 +1,18 @@
 """Distributional metrics of a synthetic table against the real one (no model fitting here).
 
-* correlation-matrix difference of the post-processing paper (`postprocessing.md` section 5.4,
-  metric 1): ``error_corr = ||corr(D_real) - corr(D_syn)||_1``, entrywise over the full matrix,
-  after the paper's preprocessing (categoricals label-encoded, everything on [0, 1]);
-* 1-way histograms (DP-auto-GAN, `dp_auto_gan.md` section 6.3), numeric columns by public bins;
-* DP-auto-GAN's dimension-wise probability and diversity (sections 6.1, 6.4), computed by the
+* correlation-matrix difference of the post-processing paper (Wang et al. 2023, §4, the
+  utility measure of its experiments):
+  ``error_corr = ||corr(D_real) - corr(D_syn)||_1``, entrywise over the full matrix, after the
+  paper's preprocessing (categoricals label-encoded, everything on [0, 1]);
+* 1-way histograms (Tantipongpipat et al. 2019, §4.2), numeric columns by public bins;
+* DP-auto-GAN's dimension-wise probability and diversity (§4.1, §4.2), computed by the
   one copy of those metrics, :mod:`dpql.evaluate.gan_metrics`, and labelled here for the report.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,16 +26,30 @@ from dpql.evaluate.encode import encode_table
 # correlation matrix
 
 
-def correlation_matrix(t: EncodedTable) -> np.ndarray:
-    """Pearson correlations of all columns: numerics on [0, 1], categoricals by their codes.
+def correlation_columns(domain: Domain) -> tuple[str, ...]:
+    """The columns a Pearson correlation means something for: numeric columns and two-valued
+    categorical ones (an indicator of the second value). A nominal column's codes have no
+    order, so their "correlation" would depend on how the categories happen to be listed."""
+    return tuple(
+        c.name
+        for c in domain
+        if isinstance(c, NumericColumn) or (c.card == 2 and not c.nullable)
+    )
+
+
+def correlation_matrix(t: EncodedTable, columns: Sequence[str] | None = None) -> np.ndarray:
+    """Pearson correlations of ``columns`` (default: all, in domain order): numerics on
+    [0, 1], categoricals by their codes (see :func:`correlation_columns` for where that means
+    something).
 
     A constant column has zero correlation with every other column (and 1 with itself) instead
-    of NaN (`postprocessing.md` pitfall 12), so the L1 difference stays finite.
+    of NaN (a correlation with a constant is 0/0), so the L1 difference stays finite.
     """
+    names = t.domain.names if columns is None else tuple(columns)
     x = np.column_stack(
         [
-            t.scaled[c.name] if isinstance(c, NumericColumn) else t.codes[c.name].astype(float)
-            for c in t.domain
+            t.scaled[c] if isinstance(t.domain[c], NumericColumn) else t.codes[c].astype(float)
+            for c in names
         ]
     )
     x = x - x.mean(axis=0)
@@ -44,9 +61,11 @@ def correlation_matrix(t: EncodedTable) -> np.ndarray:
 
 
 def correlation_l1(real_df: pd.DataFrame, synthetic_df: pd.DataFrame, domain: Domain) -> float:
-    """``||corr(real) - corr(synthetic)||_1`` over the full matrix (both triangles)."""
-    a = correlation_matrix(encode_table(real_df, domain))
-    b = correlation_matrix(encode_table(synthetic_df, domain))
+    """``||corr(real) - corr(synthetic)||_1`` over the full matrix (both triangles) of the
+    :func:`correlation_columns`."""
+    cols = correlation_columns(domain)
+    a = correlation_matrix(encode_table(real_df, domain), cols)
+    b = correlation_matrix(encode_table(synthetic_df, domain), cols)
     return float(np.abs(a - b).sum())
 
 
@@ -59,6 +78,18 @@ def distribution(t: EncodedTable, column: str) -> np.ndarray:
     return np.bincount(t.codes[column], minlength=t.domain.card(column)) / t.n
 
 
+def readable(x: float) -> str:
+    """A number for people: whole numbers in full with thousands separators (15,980, not
+    1.598e+04), others to 4 significant digits, with separators from 10,000 up."""
+    if not math.isfinite(x):
+        return str(x)
+    if float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    if abs(x) >= 1e4:
+        return f"{x:,.1f}"
+    return f"{x:.4g}"
+
+
 def bin_labels(domain: Domain, column: str) -> tuple[str, ...]:
     """Category names, or ``[lo, hi)`` of each public bin (the last bin is closed)."""
     col = domain[column]
@@ -67,7 +98,8 @@ def bin_labels(domain: Domain, column: str) -> tuple[str, ...]:
         return (*col.values, *null)
     e = col.edges
     return tuple(
-        f"[{e[i]:.4g}, {e[i + 1]:.4g}{']' if i == col.bins - 1 else ')'}" for i in range(col.bins)
+        f"[{readable(e[i])}, {readable(e[i + 1])}{']' if i == col.bins - 1 else ')'}"
+        for i in range(col.bins)
     ) + null
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dpql.evaluate._deps import require
-from dpql.evaluate.metrics import Histogram
+from dpql.evaluate.metrics import Histogram, readable
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport
 from dpql.io import CURATOR_MODE, atomic_path
 from dpql.progress import Progress
@@ -118,7 +118,7 @@ def _slug(name: str) -> str:
 
 
 def _f(x: float | None) -> str:
-    return "n/a" if x is None or not np.isfinite(x) else f"{x:.4g}"
+    return "n/a" if x is None or not np.isfinite(x) else readable(float(x))
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -134,12 +134,66 @@ def _img(src: str, alt: str) -> str:
     return f'<img src="{html.escape(src)}" alt="{html.escape(alt)}">'
 
 
+def _headline(r: EvaluationReport) -> list[str]:
+    h = r.headline
+    if h is None:
+        return []
+    w = h.worst
+    return [
+        "<h2>Headline</h2>",
+        f"<p><strong>Largest 1-way shift from the real table: '{html.escape(w.column)}', total "
+        f"variation distance {w.tvd:.3f}</strong> (two random halves of the real table differ "
+        f"by {w.scale:.3f} on it); mean over {len(h.columns)} columns {h.mean_tvd:.3f} "
+        f"({h.mean_scale:.3f}). TVD is half the L1 distance of two distributions: 0 identical, "
+        "1 disjoint. A shift near the halves' distance is within sampling noise.</p>",
+    ]
+
+
+def _tstr(r: EvaluationReport) -> list[str]:
+    head = "<h2>Train on synthetic, test on real"
+    if not r.tstr:  # no label: say how to get the table instead of an empty one
+        return [f"{head}</h2>", f"<p>{html.escape(r.notes[0])}</p>"]
+    return [
+        f"{head} (label: {html.escape(str(r.label))})</h2>",
+        _table(["model", "trained on", "accuracy", "AUC", "F1"],
+               [(t.model, who, s.accuracy, s.auc, s.f1) for t in r.tstr
+                for who, s in (("real", t.train_on_real), ("synthetic", t.train_on_synthetic))]),
+    ]  # fmt: skip
+
+
+def _correlations(r: EvaluationReport, figures: dict[str, str]) -> list[str]:
+    parts = [
+        "<h2>Correlations</h2>",
+        "<p>Numeric and two-valued columns only: a nominal column's codes have no order.</p>",
+    ]
+    if "correlation" not in figures:
+        return [*parts, "<p>Fewer than two such columns.</p>"]
+    return [
+        *parts,
+        f"<p>L1 difference of the correlation matrices: {_f(r.correlation_l1)}</p>",
+        _img(figures["correlation"], "correlation heatmaps"),
+    ]
+
+
+def _gan_metrics(r: EvaluationReport, figures: dict[str, str]) -> list[str]:
+    return [
+        "<h2>DP-auto-GAN metrics</h2>",
+        _img(figures["dimension_wise"], "dimension-wise probability and prediction"),
+        _table(["column", "score", "trained on real", "trained on synthetic", "collapsed"],
+               [(d.column, "R^2" if d.kind == "numeric" else "F1", d.real, d.synthetic,
+                 d.column in r.collapsed_columns) for d in r.dimension_wise_prediction]),
+        _table(["column", "JSD", "D_KL^mu", "mu", "synthetic categories"],
+               [(d.column, d.jsd, d.kl_mu, d.mu, d.synthetic_categories) for d in r.diversity]),
+    ]  # fmt: skip
+
+
 def render_html(r: EvaluationReport, figures: dict[str, str]) -> str:
     """The report page; ``figures`` maps a figure key to its file name in the same folder."""
     passed = {True: "pass", False: "FAIL", None: "-"}
     parts = [
         f'<div class="private-warning"><strong>{html.escape(PRIVATE_WARNING)}</strong></div>',
         "<h1>dpql evaluation report</h1>",
+        *_headline(r),
         _table(["table", "rows"], list(r.rows.items())),
         f"<p>Test set: {html.escape(r.test_set)}</p>",
         "<h2>Workload error</h2>",
@@ -151,21 +205,11 @@ def render_html(r: EvaluationReport, figures: dict[str, str]) -> str:
         "<h2>Requirements</h2>",
         _table(["requirement", "statistic", "real", "synthetic", "error", "tolerance", "check"],
                [(c.requirement, c.statistic, c.real, c.synthetic, c.error, c.tolerance,
-                 passed[c.passed]) for c in r.requirements]),
-        f"<h2>Train on synthetic, test on real (label: {html.escape(str(r.label))})</h2>",
-        _table(["model", "trained on", "accuracy", "AUC", "F1"],
-               [(t.model, who, s.accuracy, s.auc, s.f1) for t in r.tstr
-                for who, s in (("real", t.train_on_real), ("synthetic", t.train_on_synthetic))]),
-        "<h2>Correlations</h2>",
-        f"<p>L1 difference of the correlation matrices: {_f(r.correlation_l1)}</p>",
-        _img(figures["correlation"], "correlation heatmaps"),
-        "<h2>DP-auto-GAN metrics</h2>",
-        _img(figures["dimension_wise"], "dimension-wise probability and prediction"),
-        _table(["column", "score", "trained on real", "trained on synthetic", "collapsed"],
-               [(d.column, "R^2" if d.kind == "numeric" else "F1", d.real, d.synthetic,
-                 d.column in r.collapsed_columns) for d in r.dimension_wise_prediction]),
-        _table(["column", "JSD", "D_KL^mu", "mu", "synthetic categories"],
-               [(d.column, d.jsd, d.kl_mu, d.mu, d.synthetic_categories) for d in r.diversity]),
+                 passed[c.passed]) for c in r.requirements])
+        if r.requirements else "<p>The spec states no requirements.</p>",
+        *_tstr(r),
+        *_correlations(r, figures),
+        *(_gan_metrics(r, figures) if "dimension_wise" in figures else []),
         "<h2>1-way histograms</h2>",
         *(_img(figures[f"hist:{h.column}"], f"histogram of {h.column}") for h in r.histograms),
         "<h2>Notes</h2>",
@@ -192,14 +236,20 @@ def write_report(
     for folder in reversed([out, *out.parents]):  # missing folders: private, mode 0700
         if not folder.exists():
             folder.mkdir(mode=0o700, exist_ok=True)
-    figures = {"correlation": "correlation.png", "dimension_wise": "dimension_wise.png"}
+    figures = {}
+    if len(report.correlation_columns) >= 2:
+        figures["correlation"] = "correlation.png"
+    if report.method in (None, "gan"):  # DP-auto-GAN's own metrics, for its releases
+        figures["dimension_wise"] = "dimension_wise.png"
     figures |= {
         f"hist:{h.column}": f"hist_{i:02d}_{_slug(h.column)}.png"
         for i, h in enumerate(report.histograms)
     }
     jobs = [
-        (lambda: plot_correlations(report, out / figures["correlation"])),
-        (lambda: plot_dimension_wise(report, out / figures["dimension_wise"])),
+        (lambda key=key, plot=plot: plot(report, out / figures[key]))
+        for key, plot in (("correlation", plot_correlations),
+                          ("dimension_wise", plot_dimension_wise))
+        if key in figures
     ] + [
         (lambda h=h: plot_histogram(h, out / figures[f"hist:{h.column}"]))
         for h in report.histograms

@@ -25,6 +25,7 @@ from dpql.evaluate.metrics import (
     DimensionWiseProbability,
     Diversity,
     Histogram,
+    correlation_columns,
     correlation_matrix,
     dimension_wise_probability,
     diversity,
@@ -40,6 +41,7 @@ from dpql.evaluate.workload import (
     worst,
 )
 from dpql.plan.ir import ModelRequirement, Query, Requirement
+from dpql.quality import QualityHeadline, report_headline
 
 # Each dimension-wise prediction model (2 per column) is fit on at most this many rows of its
 # table, a uniform sample (seeded): it bounds the report's time on large tables, for 30 models
@@ -82,6 +84,13 @@ class EvaluationReport:
     diversity: tuple[Diversity, ...]
     histograms: tuple[Histogram, ...]
     notes: tuple[str, ...] = ()
+    #: the 1-way shifts from the real table against the split-half scale (dpql.quality)
+    headline: QualityHeadline | None = None
+    #: the synthesizer of the release (the spec's plan); DP-auto-GAN's own metrics are shown
+    #: for ``gan`` (and when unknown)
+    method: str | None = None
+    #: the report's ``index.html`` once written (``dpql.evaluate_report``)
+    path: Path | None = None
 
     @property
     def collapsed_columns(self) -> frozenset[str]:
@@ -100,6 +109,8 @@ class EvaluationReport:
                 "private": True,
                 "warning": PRIVATE_WARNING,
                 "rows": self.rows,
+                "headline": None if self.headline is None else self.headline.to_json(),
+                "method": self.method,
                 "label": self.label,
                 "test_set": self.test_set,
                 "workload": {
@@ -146,11 +157,13 @@ def _jsonable(x: Any) -> Any:
 
 
 def default_label(domain: Domain, requirements: Sequence[Requirement]) -> str | None:
-    """The first logistic requirement's label, else the last two-valued categorical column."""
+    """The first logistic requirement's label, else the last two-valued categorical column
+    (its null code under ``missing: keep`` not counted)."""
     for r in requirements:
         if isinstance(r, ModelRequirement) and r.model == "logistic":
             return r.label
-    binary = [c.name for c in domain.categorical if c.card == 2]
+    # two values, plus a null code when missingness is kept (missing: keep)
+    binary = [c.name for c in domain.categorical if c.card - c.nullable == 2]
     return binary[-1] if binary else None
 
 
@@ -185,6 +198,7 @@ def build_report(
     other: Mapping[str, str] | None = None,
     dimension_wise_rows: int | None = DIMENSION_WISE_ROWS,
     workers: int | None = None,
+    method: str | None = None,
 ) -> EvaluationReport:
     """Evaluate ``synthetic_df`` against ``real_df`` (both in original units of ``domain``).
 
@@ -203,7 +217,8 @@ def build_report(
     ``workers`` threads (default: the CPU count, at most 4); the scores do not depend on it.
 
     Tables are encoded by the release codec (:func:`dpql.codec.encode_frame`) with the spec's
-    ``missing`` and ``other`` rules; a cell it cannot encode raises its ``DiagnosticError``.
+    ``missing`` and ``other`` rules (an unreadable or undeclared cell follows them; the
+    codec raises only for the schema and the rules).
     With ``output_dir`` the report is also written there (:func:`write_report`). ``progress``
     is called as ``progress(step, done, total)`` during the long steps. Raises
     :class:`~dpql.evaluate.MissingExtraError` up front if scikit-learn or matplotlib is missing.
@@ -220,7 +235,9 @@ def build_report(
 
     real, synthetic = encode(real_df, "<real table>"), encode(synthetic_df, "<synthetic table>")
     notes = [f"Train-on-synthetic scores predict {label!r}." if label else
-             "No label given and no two-valued categorical column: TSTR skipped."]  # fmt: skip
+             "Train on synthetic, test on real: skipped (no label given and no two-valued "
+             "categorical column); dpql evaluate --label COLUMN names a categorical column "
+             "to predict."]  # fmt: skip
     if holdout_df is not None:
         train, test = real, encode(holdout_df, "<holdout table>")
         test_set = f"holdout table ({test.n} rows)"
@@ -276,14 +293,16 @@ def build_report(
         worst_queries=worst(errors, worst_k),
         requirements=tuple(checks),
         tstr=tuple(tstr),
-        correlation_columns=domain.names,
-        correlation_real=correlation_matrix(real),
-        correlation_synthetic=correlation_matrix(synthetic),
+        correlation_columns=correlation_columns(domain),
+        correlation_real=correlation_matrix(real, correlation_columns(domain)),
+        correlation_synthetic=correlation_matrix(synthetic, correlation_columns(domain)),
         dimension_wise_probability=dimension_wise_probability(real, synthetic),
         dimension_wise_prediction=dimension_wise,
         diversity=diversity(real, synthetic),
         histograms=histograms(real, synthetic),
         notes=tuple(notes),
+        headline=report_headline(real, synthetic, domain.names, seed),
+        method=method,
     )
     if output_dir is not None:
         from dpql.evaluate.render import write_report

@@ -6,7 +6,7 @@ Per query (answers from :func:`dpql.plan.exact.answer_all`, averages over rows):
 * every other class (range/prefix, halfspace, count, moment) reports the largest absolute error
   over its cells, ``||a_real - a_syn||_inf``: each cell is one statistical query (a label split
   of a prefix or halfspace is one cell per label value, RAP++ Definition 4), so this is the
-  statistical-query error RAP++ reports (`rap_pp.md`, section 3).
+  statistical-query error RAP++ reports (Vietri et al. 2022, §2.1, Definition 5).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from dpql.plan.ir import (
 from dpql.plan.requirements import (
     VARIANCE_RTOL,
     delta_method_sd,
+    normaliser,
     predicted_error,
 )
 
@@ -62,12 +63,17 @@ def tested_metric(req: ModelRequirement) -> str:
     return req.tolerance.metric or WITHIN_METRIC[req.model]
 
 
-def acceptance_queries(req: Requirement) -> int:
+def acceptance_queries(req: Requirement, domain: Domain) -> int:
     """Scalar queries a requirement adds to the ``accept`` release (0 for moment requirements;
-    f1 needs two; R^2's label moments come from the I-projection measurements)."""
+    f1 needs two; R^2's label moments come from the I-projection measurements; one more, the
+    count of the rows where the model's columns are present, when one is nullable and the
+    metric is not R^2, whose label moments carry that count; or of the kept rows under
+    ``missing: drop``: ``dpql.plan.requirements.normaliser``)."""
     if not isinstance(req, ModelRequirement):
         return 0
-    return 2 if tested_metric(req) == "f1" else 1
+    metric = tested_metric(req)
+    count = metric != "r2" and normaliser(req, domain) is not None
+    return (2 if metric == "f1" else 1) + int(count)
 
 
 # Uniform-prior planning values of each metric's parts (labels uniform, a model no better than
@@ -122,7 +128,8 @@ def predicted_sd(
     if metric not in ACCEPT_METRICS[req.model]:
         return math.nan
     parts = _PRIOR_PARTS[metric]
-    sigmas = [sigma_test] * acceptance_queries(req)
+    tests = 2 if metric == "f1" else 1  # the count of present rows, if any, is ~1 at plan time
+    sigmas = [sigma_test] * tests
     sigmas += [sigma_measure] * (len(parts) - len(sigmas))
     span = label_span(req, domain)
     return delta_method_sd(lambda p: metric_value(metric, p, span), parts, sigmas)

@@ -31,12 +31,22 @@ def _unscaled(domain: Domain, column: str, u: float) -> str:
     return f"{col.unscale(u):.6g}"
 
 
+def _is_null(p: CatIn, domain: Domain) -> bool:
+    """Whether ``p`` is ``column is missing`` (the null code of a ``missing: keep`` column)."""
+    col = domain[p.column]
+    return col.nullable and p.codes == frozenset({col.null_code})
+
+
 def describe_pred(p: Pred, domain: Domain) -> str:
     """DSL-like text of a resolved predicate, thresholds back in original units."""
     if isinstance(p, TruePred):
         return "true"
     if isinstance(p, NumCmp):
         return f"{p.column} {p.op} {_unscaled(domain, p.column, p.threshold)}"
+    if isinstance(p, Not) and isinstance(p.item, CatIn) and _is_null(p.item, domain):
+        return f"{p.item.column} is present"
+    if isinstance(p, CatIn) and _is_null(p, domain):
+        return f"{p.column} is missing"
     if isinstance(p, CatIn):
         cat = domain[p.column]
         assert isinstance(cat, CategoricalColumn)
@@ -81,7 +91,8 @@ def describe_query(q: Query, domain: Domain) -> str:
     if isinstance(q, CentredProduct):
         left, right = (_describe_factor(f, domain) for f in (q.left, q.right))
         c, d = ("1/2" if x == 0.5 else f"{x:.6g}" for x in q.centres)
-        return f"mean(({left} - {c})*({right} - {d}))"
+        given = "" if isinstance(q.given, TruePred) else f" | {describe_pred(q.given, domain)}"
+        return f"mean(({left} - {c})*({right} - {d}){given})"
     if not isinstance(q, Moment):  # a query class added after this function was written
         return f"{q.kind}({', '.join(query_columns(q))})"
     given = "" if isinstance(q.given, TruePred) else f" | {describe_pred(q.given, domain)}"

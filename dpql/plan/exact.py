@@ -116,7 +116,8 @@ def centred_values(q: CentredProduct, t: EncodedTable) -> np.ndarray:
     """Per-row ``(f - c) * (g - d)`` of a :class:`~dpql.plan.ir.CentredProduct` (centres
     ``(c, d)``, 1/2 unless re-centred)."""
     c, d = q.centres
-    return (factor_values(q.left, t) - c) * (factor_values(q.right, t) - d)
+    out = (factor_values(q.left, t) - c) * (factor_values(q.right, t) - d)
+    return out if isinstance(q.given, TruePred) else out * eval_pred(q.given, t)
 
 
 def moment_values(q: Moment, t: EncodedTable) -> np.ndarray:
@@ -150,8 +151,10 @@ def model_scores(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
         q.intercept
     )
     if q.model == "logistic":
-        return (np.argmax(z, axis=1) == t.codes[q.label]).astype(np.float64)
-    return (t.scaled[q.label] - np.clip(z[:, 0], 0.0, 1.0)) ** 2
+        out = (np.argmax(z, axis=1) == t.codes[q.label]).astype(np.float64)
+    else:
+        out = (t.scaled[q.label] - np.clip(z[:, 0], 0.0, 1.0)) ** 2
+    return out if isinstance(q.given, TruePred) else out * eval_pred(q.given, t)
 
 
 def per_row(q: Query, t: EncodedTable) -> np.ndarray:

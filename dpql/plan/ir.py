@@ -150,8 +150,8 @@ class Prefix:
 class Halfspace:
     """Class-conditional halfspace: ``1{<theta, u> > tau} * 1{by = c}`` for each value c of by.
 
-    RAP++ Definition 4 / 12 (`rap_pp.md` section 3.3), with the upper half-space (">") so the
-    exact and relaxed forms agree (digest pitfall 4).
+    Vietri et al. 2022, Definitions 4 and 12, with the upper half-space (">") in both the exact
+    and the relaxed (tempered-sigmoid) form, so the two agree.
     """
 
     columns: tuple[str, ...]
@@ -254,6 +254,10 @@ class CentredProduct:
     # the centres of (left, right); (1/2, 1/2) by default. Compile may re-centre a numeric
     # factor at a public value on CENTRE_GRID (``dpql.postprocess.centre``); an indicator keeps 1/2.
     centres: tuple[float, float] = (0.5, 0.5)
+    # ``mean((f - c)(g - d) * 1{given})``: the rows where the product is defined (e.g. where
+    # nullable columns are present, ``dpql.plan.requirements.present``); 0 elsewhere, inside
+    # every range, so the sensitivity is unchanged
+    given: Pred = TruePred()
 
     kind = "centred"
 
@@ -327,6 +331,9 @@ class ModelAccuracy:
     label: str
     coef: tuple[tuple[float, ...], ...]
     intercept: tuple[float, ...]
+    # the score times ``1{given}``: the rows the model is defined on (its columns present,
+    # ``dpql.plan.requirements.present``); 0 elsewhere, so the sensitivity is unchanged
+    given: Pred = TruePred()
 
     kind = "model_accuracy"
 
@@ -356,9 +363,9 @@ def query_columns(q: Query) -> tuple[str, ...]:
     if isinstance(q, Count):
         return pred_columns(q.predicate)
     if isinstance(q, ModelAccuracy):
-        return (*q.features, q.label)
+        return tuple(dict.fromkeys((*q.features, q.label, *pred_columns(q.given))))
     if isinstance(q, CentredProduct):
-        return tuple(dict.fromkeys((q.left[0], q.right[0])))
+        return tuple(dict.fromkeys((q.left[0], q.right[0], *pred_columns(q.given))))
     return q.columns + tuple(c for c in pred_columns(q.given) if c not in q.columns)
 
 

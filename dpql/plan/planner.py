@@ -27,7 +27,7 @@ always yields the same plan; it is not a DP seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +47,7 @@ from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
     release_rhos,
+    requirement_queries,
 )
 from dpql.plan.resolve import resolve_requirements, resolve_workload
 from dpql.plan.resources import ResourceEstimate, estimate, resource_diagnostics
@@ -249,6 +250,21 @@ def _sigma_requirements(k: int, n: int, rho: float) -> float:
     return gaussian_sigma(math.sqrt(k) / n, rho) if k and rho > 0 else math.inf
 
 
+def _locate_requirement_errors(
+    requirements: tuple[Requirement, ...], domain: Any, positions: list[SourcePos | None]
+) -> None:
+    """Raise the errors of expanding each requirement into its measures (E501: a column it
+    cannot average or regress on), each at its requirement's line in the spec."""
+    found: list[Diagnostic] = []
+    for req, pos in zip(requirements, positions, strict=True):
+        try:
+            requirement_queries(req, domain)
+        except DiagnosticError as e:
+            found += [d if d.pos is not None else replace(d, pos=pos) for d in e.diagnostics]
+    if found:
+        raise DiagnosticError(found)
+
+
 def build_plan(spec: LoadedSpec) -> ReleasePlan:
     """Plan a release (passes 1-5 of the module docstring). Raises DiagnosticError."""
     model = spec.model
@@ -283,6 +299,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
         pass
     sink.raise_if_errors()
     assert resolved is not None
+    _locate_requirement_errors(requirements, domain, [r.pos for r in spec.requirements])
     measures = expand_requirements(requirements, domain) if requirements else None
 
     budget = _checked_budget(spec)
@@ -298,7 +315,7 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     k = len(measures.queries) if measures else 0
     if "iproj.measure" in phase_rho and measures is not None and k:
         lines.extend(_measure_lines(measures, phase_rho["iproj.measure"], n))
-    n_tests = sum(acceptance_queries(r) for r in requirements)
+    n_tests = sum(acceptance_queries(r, domain) for r in requirements)
     if n_tests and "accept.test" in phase_rho:
         rho = phase_rho["accept.test"]
         lines.append(
@@ -414,10 +431,9 @@ def _estimate(
 
 
 # A chosen post-processing share above this draws W509: the synthesizer's noise sd grows by
-# 1 / sqrt(1 - share), and its workload fidelity falls with it. On the benchmark suite
-# (benchmarks/iproj/RESULTS.md, "Post-processing on the suite") the planner's 12.5% on bn30k
-# changed the 3-way TVD by -3% to +5%, 26.5% on compas by +7-14%, 49% on fair by +28-29% and
-# 50% on bn1k by +15-18%, against the same RAP compile without requirements.
+# 1 / sqrt(1 - share), and its workload fidelity falls with it: on the benchmark suite
+# (``benchmarks/iproj``) the 3-way fidelity lost against the same RAP compile without
+# requirements grows with the share, from within the noise at small shares to large at a half.
 LARGE_POST_SHARE = 0.25
 
 

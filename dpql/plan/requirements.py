@@ -18,26 +18,35 @@ measured *centred* at the midpoint of the factors' public range,
 ``E(f - 1/2)(g - 1/2)`` (:class:`~dpql.plan.ir.CentredProduct`): with the first moments it
 carries exactly what ``E fg`` carries, but its values lie in [-1/4, 1/4] (a square's in
 [0, 1/4]), so it has sensitivity 1/(2n) (1/(4n)) and one release of first and second moments
-needs far less noise than the paper's raw ``E fg`` (digest ``postprocessing.md`` sec. 3:
-``Delta_2 <= sqrt((d + 3) d / 2) / n`` for d columns): about 1.6x less noise sd for 5 columns.
+needs far less noise than the raw ``E fg`` of Wang et al. 2023, §3 (its (d + 3) d / 2 first
+and second moments of d columns, each of range 1, have ``Delta_2 <= sqrt((d + 3) d / 2) / n``).
 Products that are constant (an indicator's square is 1/4) or linear in the first moments (two
 values of one column) are not measured.
 
 * ``corr(a, b)``: ``E a, E b, E(a-1/2)^2, E(a-1/2)(b-1/2), E(b-1/2)^2`` (Wang et al. 2023,
-  sec. 3, the moments behind the correlation matrix, digest ``postprocessing.md`` sec. 4).
+  §3, the moments behind the correlation matrix).
 * ``mean(a | P)``: ``E[u_a 1{P}]`` and ``E[1{P}]``.
 * ``count(P)``: ``E[1{P}]`` (the requirement's value is a *fraction* of rows).
 * ``logistic(y ~ x...) within t`` (its test compares accuracies): one query, its *pilot*
   (:func:`pilot_query`): the accuracy on the real table of the model that compile fits on the
   synthetic table it post-processes (``dpql.postprocess.run.with_pilots``). The test's statistic
-  is that accuracy gap, which the moments below do not pin (RESULTS.md, "Issue 15 (fourth
-  part)"); measured as well, at the noise they were planned at (sd t / 2), they only steered the
-  projection, weakly, for 0.67% of the example's budget.
+  is that accuracy gap, which the moments below do not pin, so they are not measured for it:
+  they would spend budget and steer the projection only weakly.
 * every other ``logistic(y ~ x...)`` / ``linear(y ~ x...)``: first and (centred) second moments
-  of the features and the label (label indicators / scaled label). Zhou et al. 2024 (digest
-  ``excess_risk.md`` sec. 11.2): the logistic loss is ``-yz/2 + h(z)`` with ``h`` even, and the
-  squared loss is ``1 - 2yz + z^2``, so up to a degree-2 approximation of ``h`` the empirical
-  risk of every linear model is a linear function of exactly these moments.
+  of the features and the label (label indicators / scaled label). Zhou et al. 2024, §3.1
+  (Theorem 3.1), bound a linear model's excess risk by how far the synthetic table moves the
+  statistics its loss's polynomial approximation (§2.3) reads. Here: the logistic loss is
+  ``-yz/2 + h(z)`` with ``h`` even, and the squared loss is ``1 - 2yz + z^2``, so up to a
+  degree-2 approximation of ``h`` the empirical risk of every linear model is a linear function
+  of exactly these moments.
+
+Missing values (``docs/missing.md``). Over ``missing: keep`` columns a requirement is defined on
+the rows where its columns are present (:func:`present`, ``na.rm``): every moment is summed over
+those rows only (still divided by the public n) and their count joins the measures, so the
+value is a ratio estimator (:func:`per_present_row`; a mean conditions on its column being
+present). Under ``missing: drop`` the answers are averages over the kept rows
+(``dpql.population``) and each requirement carries their count, ``count(true)``, the same way
+(:func:`normaliser`).
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from dpql.plan.ir import (
     ModelAccuracy,
     ModelRequirement,
     Moment,
+    Not,
     Pred,
     Query,
     Requirement,
@@ -149,17 +159,32 @@ def _error(code: str, message: str, hint: str, req: Requirement | None = None) -
 def _column(domain: Domain, name: str, req: Requirement) -> NumericColumn | CategoricalColumn:
     if name not in domain:
         raise _error("E501", f"unknown column '{name}'", "use a column of the schema", req)
-    if domain[name].nullable:
-        # a kept-missing cell has no value: its moments would count it as 0 (NULL_SCALED)
-        raise _error(
-            "E501",
-            f"column '{name}' has missing: keep, so its missing cells have no value to "
-            "average or regress on; this requirement cannot be estimated",
-            f"condition on its values instead (e.g. count(...) or mean(... | ...) over "
-            f"{name}), or set schema.{name}.missing to fill or drop",
-            req,
-        )
     return domain[name]
+
+
+def present(domain: Domain, columns: Sequence[str]) -> Pred:
+    """``1{every nullable column of columns holds a value}``: the rows a statistic over these
+    columns is defined on (``na.rm``). A ``missing: keep`` cell has no value (its scaled value
+    ``NULL_SCALED`` is a placeholder), so ``mean``, ``corr`` and the models average over the
+    rows where their columns are present: each is a ratio of sums over those rows to their
+    count, every sum at the public n. True when no column is nullable."""
+    items: list[Pred] = []
+    for c in dict.fromkeys(columns):
+        col = domain[c] if c in domain else None
+        if col is not None and col.nullable:
+            items.append(Not(CatIn(c, frozenset({col.null_code}))))
+    return _conj(items)
+
+
+def requirement_columns(req: Requirement) -> tuple[str, ...]:
+    """The columns whose values a requirement averages (its presence predicate's columns)."""
+    if isinstance(req, CorrRequirement):
+        return (req.a, req.b)
+    if isinstance(req, MeanRequirement):
+        return (req.column,)
+    if isinstance(req, ModelRequirement):
+        return (*req.features, req.label)
+    return ()
 
 
 def _scalar_factor(domain: Domain, name: str, req: Requirement) -> Factor:
@@ -167,11 +192,12 @@ def _scalar_factor(domain: Domain, name: str, req: Requirement) -> Factor:
     col = _column(domain, name, req)
     if isinstance(col, NumericColumn):
         return (name, None)
-    if col.card == 2:
+    if len(col.values) == 2:  # a missing: keep column's null state is not a value
         return (name, 1)
     raise _error(
         "E501",
-        f"column '{name}' has {col.card} categories; corr and mean need a numeric or binary column",
+        f"column '{name}' has {len(col.values)} categories; corr and mean need a numeric or "
+        "binary column",
         f'use count({name} == "...") per category instead',
         req,
     )
@@ -184,7 +210,7 @@ def _model_factors(req: ModelRequirement, domain: Domain) -> list[Factor]:
         if isinstance(col, NumericColumn):
             out.append((f, None))
         else:
-            out.extend((f, code) for code in range(1, col.card))
+            out.extend((f, code) for code in range(1, len(col.values)))  # null: never present
     label = _column(domain, req.label, req)
     if req.model == "logistic":
         if not isinstance(label, CategoricalColumn):
@@ -194,7 +220,7 @@ def _model_factors(req: ModelRequirement, domain: Domain) -> list[Factor]:
                 "use linear(...) for a numeric label",
                 req,
             )
-        out.extend((req.label, code) for code in range(1, label.card))
+        out.extend((req.label, code) for code in range(1, len(label.values)))
     else:
         if not isinstance(label, NumericColumn):
             raise _error(
@@ -234,28 +260,34 @@ def product_query(factors: Sequence[Factor], given: Pred = _TRUE) -> Query | flo
 
 
 def centred_product(
-    f: Factor, g: Factor, centres: tuple[float, float] = (0.5, 0.5)
-) -> CentredProduct | float:
-    """The centred second moment ``E(f - c)(g - d)`` (``centres``, 1/2 by default), or the
-    constant 1/4 of an indicator's square. Two values of one categorical column are linear in
-    the first moments (``1/4 - (E f + E g)/2``): callers leave them out (the IR refuses them)."""
+    f: Factor, g: Factor, centres: tuple[float, float] = (0.5, 0.5), given: Pred = _TRUE
+) -> Query | float:
+    """The centred second moment ``E(f - c)(g - d) 1{given}`` (``centres``, 1/2 by default),
+    or the constant 1/4 of an indicator's square (per row where ``given`` holds). Two values
+    of one categorical column are linear in the first moments (``1/4 - (E f + E g)/2``):
+    callers leave them out (the IR refuses them)."""
     if f == g and f[1] is not None:
-        return 0.25
-    return CentredProduct(f, g, centres)
+        return 0.25  # per row where ``given`` holds: a part of a ratio (``per_present_row``)
+    return CentredProduct(f, g, centres, given)
 
 
 def _one_column_indicators(f: Factor, g: Factor) -> bool:
     return f[0] == g[0] and f != g and f[1] is not None and g[1] is not None
 
 
-def _moment_queries(factors: Sequence[Factor]) -> list[Query | float]:
+def _moment_queries(
+    factors: Sequence[Factor], given: Pred = _TRUE, count: Count | None = None
+) -> list[Query | float]:
     """First moments of every factor and the centred products of every pair ``i <= j``
-    (squares included; pairs of one column's indicators are linear in the first moments)."""
-    out: list[Query | float] = [product_query([f]) for f in factors]
+    (squares included; pairs of one column's indicators are linear in the first moments), on
+    the rows where ``given`` holds, with their ``count`` (:func:`normaliser`) last."""
+    out: list[Query | float] = [product_query([f], given) for f in factors]
     for i, fi in enumerate(factors):
         for fj in factors[i:]:
             if not _one_column_indicators(fi, fj):
-                out.append(centred_product(fi, fj))
+                out.append(centred_product(fi, fj, given=given))
+    if count is not None:
+        out.append(count)
     return out
 
 
@@ -271,8 +303,43 @@ def _corr_parts(req: CorrRequirement, domain: Domain) -> list[Query | float]:
     a, b = _scalar_factor(domain, req.a, req), _scalar_factor(domain, req.b, req)
     ca, cb = _corr_centres(req, domain)
     centre = {a: ca, b: cb}
-    pairs = [centred_product(f, g, (centre[f], centre[g])) for f, g in ((a, a), (a, b), (b, b))]
-    return [product_query([a]), product_query([b]), *pairs]
+    q = present(domain, (req.a, req.b))
+    pairs = [
+        centred_product(f, g, (centre[f], centre[g]), q) for f, g in ((a, a), (a, b), (b, b))
+    ]
+    out = [product_query([a], q), product_query([b], q), *pairs]
+    count = normaliser(req, domain)
+    return out if count is None else [*out, count]
+
+
+def per_present_row(
+    parts: Sequence[Query | float],
+    fn: Callable[[Sequence[float]], float],
+    count: Count | None,
+) -> Callable[[Sequence[float]], float]:
+    """``fn`` of the parts averaged over the rows a statistic is defined on: with ``count``
+    (:func:`normaliser`, the last part), every measured part ``E[f 1{Q}]`` is divided by it (a
+    ratio estimator; constants are already per such row); without, ``fn`` itself. NaN where
+    the count is not positive."""
+    if count is None:
+        return fn
+    measured = [i for i, p in enumerate(parts[:-1]) if not isinstance(p, float)]
+
+    def ratio(m: Sequence[float]) -> float:
+        count = float(m[-1])
+        if not count > 0:
+            return math.nan
+        per_row = [float(x) for x in m[:-1]]
+        for i in measured:
+            per_row[i] /= count
+        return fn(per_row)
+
+    return ratio
+
+
+def _mean_given(req: MeanRequirement, domain: Domain) -> Pred:
+    """A mean's condition and its column present (:func:`present`)."""
+    return _conj([req.given, present(domain, (req.column,))])
 
 
 def _mean_centre(req: MeanRequirement, domain: Domain) -> float | None:
@@ -283,10 +350,20 @@ def _mean_centre(req: MeanRequirement, domain: Domain) -> float | None:
 def _mean_parts(req: MeanRequirement, domain: Domain) -> list[Query | float]:
     f = _scalar_factor(domain, req.column, req)
     c = _mean_centre(req, domain)
-    num = product_query([f], req.given)
+    given = _mean_given(req, domain)
+    num = product_query([f], given)
     if c is not None and isinstance(num, Moment):
         num = Moment(num.columns, num.given, centre=c)
-    return [num, product_query([], req.given)]
+    count = product_query([], given)
+    if isinstance(count, float) and domain.complete_in:
+        count = Count(_TRUE)  # the kept rows' count, not the estimate of their share
+    return [num, count]
+
+
+def _count_parts(req: CountRequirement, domain: Domain) -> list[Query | float]:
+    """``E 1{P}``, and under ``missing: drop`` the kept rows' count it is a fraction of."""
+    count = normaliser(req, domain)
+    return [product_query([], req.predicate), *([count] if count is not None else [])]
 
 
 def piloted(req: Requirement) -> bool:
@@ -302,12 +379,28 @@ def piloted(req: Requirement) -> bool:
     )
 
 
-def pilot_query(req: ModelRequirement) -> ModelAccuracy:
+def pilot_query(req: ModelRequirement, domain: Domain) -> ModelAccuracy:
     """The plan-time stand-in of a requirement's pilot: its model not yet fitted (no
     coefficients; :attr:`~dpql.plan.ir.ModelAccuracy.fitted` is False). Compile replaces it by
     the model fitted on the synthetic table (public), a query of the same sensitivity (1/n), so
     the release keeps the plan's L2 sensitivity and rho."""
-    return ModelAccuracy(req.model, req.features, req.label, (), ())
+    return ModelAccuracy(req.model, req.features, req.label, (), (), present_of(req, domain))
+
+
+def present_of(req: Requirement, domain: Domain) -> Pred:
+    """The rows a requirement's statistic is defined on: its columns present (:func:`present`)."""
+    return present(domain, requirement_columns(req))
+
+
+def normaliser(req: Requirement, domain: Domain) -> Count | None:
+    """The count a requirement's averages are ratios to: of the rows where its columns are
+    present (``missing: keep``), else, when rows are dropped (``missing: drop``), of the kept
+    rows (``count(true)``, so the value does not rest on the release's estimate of their
+    share, ``dpql.population``); None when its averages are over all n rows."""
+    q = present_of(req, domain)
+    if not isinstance(q, TruePred):
+        return Count(q)
+    return Count(_TRUE) if domain.complete_in else None
 
 
 def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
@@ -315,15 +408,20 @@ def requirement_queries(req: Requirement, domain: Domain) -> tuple[Query, ...]:
     if piloted(req):
         assert isinstance(req, ModelRequirement)
         _model_factors(req, domain)  # the same checks (E501) as a measured model
-        return (pilot_query(req),)
-    if isinstance(req, CorrRequirement):
+        parts: list[Query | float] = [pilot_query(req, domain)]
+    elif isinstance(req, CorrRequirement):
         parts = _corr_parts(req, domain)
     elif isinstance(req, MeanRequirement):
         parts = _mean_parts(req, domain)
     elif isinstance(req, CountRequirement):
-        parts = [product_query([], req.predicate)]
+        parts = _count_parts(req, domain)
     else:
-        parts = _moment_queries(_model_factors(req, domain))
+        factors = _model_factors(req, domain)
+        parts = _moment_queries(factors, present_of(req, domain), normaliser(req, domain))
+    if domain.complete_in:
+        # the count of the complete cases: the release's estimate of their share when no
+        # marginal was measured before (an external table; dpql.population)
+        parts.append(Count(_TRUE))
     return tuple(dict.fromkeys(p for p in parts if not isinstance(p, float)))
 
 
@@ -377,7 +475,9 @@ def parts_and_fn(
     """(parts, value on the [0, 1] scale, factor to original units)."""
     if isinstance(req, CorrRequirement):
         centres = _corr_centres(req, domain)
-        return _corr_parts(req, domain), lambda m: _corr(m, centres), 1.0
+        parts = _corr_parts(req, domain)
+        count = normaliser(req, domain)
+        return parts, per_present_row(parts, lambda m: _corr(m, centres), count), 1.0
     if isinstance(req, MeanRequirement):
         col = domain[req.column]
         span = col.span if isinstance(col, NumericColumn) else 1.0
@@ -387,7 +487,8 @@ def parts_and_fn(
         # E[(u - c) 1{P}] / E[1{P}] + c: the ratio of the centred numerator, shifted back
         return _mean_parts(req, domain), lambda m: _ratio(m) + c, span
     if isinstance(req, CountRequirement):
-        return [product_query([], req.predicate)], lambda m: m[0], 1.0
+        parts = _count_parts(req, domain)
+        return parts, per_present_row(parts, lambda m: m[0], normaliser(req, domain)), 1.0
     raise TypeError("model requirements have no moment value; see dpql.postprocess.accept")
 
 
@@ -495,11 +596,12 @@ def _plausible(part: Query | float, domain: Domain) -> float:
     if isinstance(part, Count):
         return uniform_prior_probability(part.predicate, domain)
     if isinstance(part, CentredProduct):
+        p = uniform_prior_probability(part.given, domain)
         if part.square:  # E(u - 1/2)^2 = Var u at the planning spread
-            return PLANNING_SD**2
+            return p * PLANNING_SD**2
         # independent factors: E(f - 1/2) E(g - 1/2); 0 for a numeric one
         left, right = (_plausible(product_query([f]), domain) for f in (part.left, part.right))
-        return (left - 0.5) * (right - 0.5)
+        return p * (left - 0.5) * (right - 0.5)
     mean_u = {1: 1 / 2, 2: 1 / 4 + PLANNING_SD**2}  # E u, E u^2 at the planning spread
     cols = part.columns
     num = 1.0
@@ -518,17 +620,15 @@ def predicted_error(req: Requirement, sigma: float, domain: Domain) -> float:
     (:data:`PLANNING_SD`: sd = range / sqrt(24), E u = 1/2, E(u - 1/2)^2 = 1/24), categorical
     values and predicates under the uniform prior. The delta method's derivative of a
     correlation is ``1 / (sd_a sd_b)``, so the spread sets the need: the uniform spread
-    (range / sqrt(12)), which the planner used before, is the *widest* a bounded column can
-    plausibly have and predicted half the sd compile then measured on Adult (age and
-    hours_per_week have sds of 0.19 and 0.13 of their ranges). The triangular is the usual
-    reference for a quantity known only by its range and most likely in its middle (half the
-    uniform's variance): it predicts the Adult correlation's test sd to within 10% (compile's
-    within-release allocation, ``dpql.postprocess.allocation``, recovers the rest of its
-    concentration). It is a reference, not a bound: a column more concentrated than it (or a
-    correlation between columns with off-centre means) has a larger sd, which the record reports
-    (``requirements[].sigma``, the delta method at the noisy values). For ``mean(a | P)`` the
-    conditional mean is taken at the worst case (ratio 1), giving ``span * sigma * sqrt(2) /
-    P(P)``, whatever the spread.
+    (range / sqrt(12)) is the *widest* a bounded column can plausibly have, and real columns
+    are more concentrated, so it under-predicts the sd. The triangular is the usual reference
+    for a quantity known only by its range and most likely in its middle (half the uniform's
+    variance); compile's within-release allocation (``dpql.postprocess.allocation``) recovers
+    the rest of a column's concentration. It is a reference, not a bound: a column more
+    concentrated than it (or a correlation between columns with off-centre means) has a larger
+    sd, which the record reports (``requirements[].sigma``, the delta method at the noisy
+    values). For ``mean(a | P)`` the conditional mean is taken at the worst case (ratio 1),
+    giving ``span * sigma * sqrt(2) / P(P)``, whatever the spread.
 
     Model requirements are decided by their own DP test: see
     :func:`dpql.plan.acceptance.predicted_sd`.

@@ -373,11 +373,11 @@ def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
 
 
 def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
-    """``m`` random class-conditional halfspaces (RAP++ §5.1, `rap_pp.md` §3.3).
+    """``m`` random class-conditional halfspaces (Vietri et al. 2022, §5.1, Definition 4).
 
     ``theta ~ N(0, I_r) / sqrt(r)`` as in the paper and its code. The paper's ``tau ~ N(0, 1)``
     assumes standardised features; on [0, 1]-scaled data many such halfspaces miss the unit
-    cube and are constant (digest pitfall 3). We draw ``tau = <theta, p>`` for ``p`` uniform on
+    cube and are constant. We draw ``tau = <theta, p>`` for ``p`` uniform on
     [0, 1]^r instead, so every hyperplane passes through the cube and splits the data domain.
     """
     if node.over is None:
@@ -525,11 +525,13 @@ def _tolerance(s: _Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance |
 def _model(s: _Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requirement | None:
     if m.kind == "logistic":
         label = _lookup(s, m.label, "the label of logistic", "categorical")
-        if isinstance(label, CategoricalColumn) and label.card != 2:
+        # the values, not the null state of a missing: keep label (a model is fitted and
+        # tested on the rows where its columns are present)
+        if isinstance(label, CategoricalColumn) and len(label.values) != 2:
             s.error(
                 "E308",
                 f"the label of logistic must have exactly 2 values; '{label.name}' has "
-                f"{label.card}",
+                f"{len(label.values)}",
                 m.label,
             )
             label = None

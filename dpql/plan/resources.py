@@ -12,12 +12,10 @@ expected to take more than an hour.
 
 It is a model, not a measurement: each term is the size of one array family (data answers,
 relaxed-table tensors, rounding buffers, post-processing features), with the worst case where
-compile chooses adaptively, the candidates' mean size). Measured peaks on 2 cores (predicted):
-the Adult example 0.86 GiB (0.78), with ``halfspaces(5000)`` 2.01 GiB (2.01), with 10,000
-relaxed rows 1.30 GiB (1.49), with 10^6 output rows 4.81 GiB (4.61); the benchmark suite's
-dpql runs (benchmarks/suite/results.json) 465-620 MB (650-730 MiB: small specs are
-over-estimated by the fixed base). The time figure is rougher (a factor of two or three either
-way) and is only used to warn.
+compile chooses adaptively, the candidates' mean size), plus a fixed base. It is meant as an
+upper bound on compile's peak (tests/test_resource_bounds.py compiles small specs of the
+benchmark suite against it); small specs are over-estimated by the base. The time figure is
+rougher and is only used to warn.
 
 The limit is :data:`DEFAULT_MEMORY_LIMIT` (8 GiB), or ``$DPQL_MEMORY_LIMIT`` (bytes, or a
 number with a unit: ``16GiB``, ``512MB``) on a machine with more memory to give.
@@ -45,7 +43,9 @@ WARN_SECONDS = 3600.0
 MEMORY_LIMIT_ENV = "DPQL_MEMORY_LIMIT"
 
 # Constants of the model (bytes and seconds), measured on the Adult example (2 cores).
-BASE_BYTES = 640 * 2**20  # Python, numpy, pandas, JAX and XLA's compiled programs
+# Python, numpy, pandas, JAX and XLA's compiled programs: what a whole RAP release with
+# post-processing holds besides the arrays below, so that the estimate bounds compile
+BASE_BYTES = 1152 * 2**20
 CSV_CELL_BYTES = 64  # a data cell while pandas parses the file (strings)
 OUT_CELL_BYTES = 64  # an output cell while the table is formatted and written
 ROW_CHUNK = 1 << 16  # rows per chunk of the in-memory engine (dpql.plan.exact.ROW_CHUNK)
@@ -57,8 +57,8 @@ STARTUP_SECONDS = 20.0  # imports, XLA compilation of the fit
 SECONDS_PER_CELL_IO = 1.5e-6  # reading or writing one cell of a CSV
 SECONDS_PER_DATA_OP = 2e-9  # one multiply-add of an exact query over the data
 SECONDS_PER_MEASURE = 2.3e-6  # one post-processing measure on one synthetic row (all passes)
-# The SQL engines code a categorical cell by its position in the public list of values (linear in
-# the list): about 7 us per row for 10,000 values on 2 DuckDB threads (benchmarks/RESULTS.md).
+# The SQL engines code a categorical cell by its position in the public list of values: time
+# linear in the list, per row and listed value (fitted on DuckDB).
 SECONDS_PER_LABEL_SCAN = 7e-10
 SECONDS_PER_GAN_FLOP = 5e-11  # DP-SGD: 6 flops per parameter and example (forward, backward)
 
@@ -251,10 +251,12 @@ def gan_cost(
     engine: str,
     width: int | None = None,
     marginal_cells: int = 0,
+    sampled_rows: int = 0,
 ) -> Any:
-    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data, and
-    the non-private fine-tuning on ``marginal_cells`` measured cells (``width``: the encoded
-    vector's length, from the backend's encoding)."""
+    """DP-auto-GAN's share of the estimate: networks, per-example gradients, encoded data, the
+    non-private fine-tuning on ``marginal_cells`` measured cells (``width``: the encoded
+    vector's length, from the backend's encoding), and drawing ``sampled_rows`` rows from the
+    generator in one pass (:func:`gan_sampling_bytes`)."""
     from dpql.synth.base import SynthCost
 
     gan = _gan_parts(domain, options, _data_rows_in_memory(n, engine), width)
@@ -263,7 +265,19 @@ def gan_cost(
     flops = o.ae_steps * o.ae_batch_size * ae + o.critic_steps * o.critic_batch_size * critic
     if marginal_cells:  # fine-tuning: forward and backward through G and De, relaxed marginals
         flops += o.finetune_steps * o.finetune_batch_size * (ae + critic + marginal_cells)
-    return SynthCost(gan, STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * flops)
+    sampling = gan_sampling_bytes(domain, options, sampled_rows, width)
+    return SynthCost(gan, STARTUP_SECONDS + SECONDS_PER_GAN_FLOP * 6 * flops, sampling=sampling)
+
+
+def gan_sampling_bytes(domain: Domain, o: Any, rows: int, width: int | None = None) -> float:
+    """Peak bytes of drawing ``rows`` rows from the generator (dpql.synth.gan.train.sample): one
+    float32 pass holds per row the noise and the generator's hidden layer, the latent code and
+    the decoder's hidden layer, and four vectors of the encoding's width (logits, the drawn
+    one-hot rows, the Gumbel draw, the host copy); then the decoded rows' codes and values."""
+    n = width or _minmax_width(domain)
+    h = o.ae_hidden if o.ae_hidden is not None else (n + o.ae_latent_dim) // 2
+    floats = 2 * o.generator_noise_dim + o.ae_latent_dim + h + 4 * n
+    return rows * (4.0 * floats + 16.0 * len(domain))
 
 
 def estimate(
@@ -329,9 +343,12 @@ def estimate(
     parts["post-processing"] = post
 
     persistent = parts["data table"] + parts["query answers"]
+    sampling = cost.sampling if cost is not None else 0.0
+    parts["sampling"] = sampling
     phases = {
         "measurement": measure_phase,
         "synthesis": fit,
+        "sampling": fit + sampling,
         "rounding and writing": rounding + writing,
         "post-processing": post + rounding,
     }

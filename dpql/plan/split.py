@@ -210,7 +210,7 @@ def test_need(
     """The rho of the ``accept.test`` release that brings every model requirement's predicted
     test sd to its target (bisection on log rho; ``model_sd[i]`` is the noise sd of model
     requirement i's moments, which an ``r2`` test reuses)."""
-    tests = sum(acceptance_queries(r) for r in reqs)
+    tests = sum(acceptance_queries(r, domain) for r in reqs)
     if not tests:
         return 0.0
     models = [

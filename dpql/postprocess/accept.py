@@ -77,6 +77,7 @@ from dpql.plan.acceptance import (
 from dpql.plan.exact import answer_all, design_matrix
 from dpql.plan.ir import (
     CentredProduct,
+    Count,
     ModelAccuracy,
     ModelRequirement,
     Moment,
@@ -88,6 +89,8 @@ from dpql.plan.ir import (
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import (
     delta_method_sd,
+    normaliser,
+    present_of,
     requirement_queries,
     requirement_value,
     value_sd,
@@ -133,12 +136,14 @@ def fit_model(req: ModelRequirement, table: EncodedTable, *, seed: int = 0) -> M
     """
     from sklearn.linear_model import LinearRegression, LogisticRegression
 
+    given = present_of(req, table.domain)
     X = design_matrix(req.features, table)
     width = X.shape[1]
     if req.model == "linear":
         lin = LinearRegression().fit(X, table.scaled[req.label])
         coef = (tuple(float(c) for c in lin.coef_),)
-        return ModelAccuracy("linear", req.features, req.label, coef, (float(lin.intercept_),))
+        intercept = (float(lin.intercept_),)
+        return ModelAccuracy("linear", req.features, req.label, coef, intercept, given)
     card = table.domain.card(req.label)
     y = table.codes[req.label]
     classes = np.unique(y)
@@ -157,6 +162,7 @@ def fit_model(req: ModelRequirement, table: EncodedTable, *, seed: int = 0) -> M
         req.label,
         tuple(tuple(float(v) for v in r) for r in W),
         tuple(float(v) for v in b),
+        given,
     )
 
 
@@ -192,14 +198,19 @@ def true_positive_query(q: ModelAccuracy) -> ModelAccuracy:
         q.label,
         tuple(tuple(float(v) for v in r) for r in W2),
         q.intercept,
+        q.given,
     )
 
 
-def label_moments(req: ModelRequirement) -> tuple[Moment, CentredProduct]:
+def label_moments(req: ModelRequirement, domain: Domain) -> tuple[Query, ...]:
     """``E u_y`` and ``E(u_y - 1/2)^2`` of a linear requirement's label (its I-projection
-    measures, ``dpql.plan.requirements``)."""
+    measures, ``dpql.plan.requirements``), on the rows where the model's columns are present,
+    with their count when a column is nullable."""
     label = (req.label, None)
-    return Moment((req.label,)), CentredProduct(label, label)
+    q = present_of(req, domain)
+    out: tuple[Query, ...] = (Moment((req.label,), q), CentredProduct(label, label, given=q))
+    count = normaliser(req, domain)
+    return out if count is None else (*out, count)
 
 
 @dataclass(frozen=True, eq=False)
@@ -221,7 +232,19 @@ class ModelTest:
     def synthetic_value(self, table: EncodedTable) -> float:
         """The metric on a synthetic table (exact; public)."""
         answers = [float(np.ravel(a)[0]) for a in answer_all(list(self.parts), table)]
-        return metric_value(self.metric, answers, label_span(self.req, table.domain))
+        return self.metric_of(answers, table.domain)
+
+    def metric_of(self, parts: Sequence[float], domain: Domain) -> float:
+        """The metric from its parts' answers: averages over the rows where the model's
+        columns are present (each part divided by their count, the last part, when
+        :attr:`parts` ends with it), NaN where that count is not positive."""
+        span = label_span(self.req, domain)
+        if not (self.parts and isinstance(self.parts[-1], Count)):
+            return metric_value(self.metric, parts, span)
+        count = float(parts[-1])
+        if not count > 0:
+            return math.nan
+        return metric_value(self.metric, [float(p) / count for p in parts[:-1]], span)
 
 
 def build_test(
@@ -241,14 +264,23 @@ def build_test(
     reused: tuple[Query, ...] = ()
     if metric == "f1":
         measured += (true_positive_query(fitted),)
+    count = present_count(req, table.domain)
     if metric == "r2":
-        moments = label_moments(req)
+        moments = label_moments(req, table.domain)
         have = evidence is not None and all(m in evidence.queries for m in moments)
         if have:
             reused = moments
         else:
             measured += moments
+    elif count is not None:  # an r2 test's count is among its label moments
+        measured += (count,)
     return ModelTest(req, metric, fitted, measured, reused)
+
+
+def present_count(req: ModelRequirement, domain: Domain) -> Count | None:
+    """The count of the rows a model is defined on (``dpql.plan.requirements.normaliser``):
+    its metric's parts are averages over those rows (ratios to it); None for all n rows."""
+    return normaliser(req, domain)
 
 
 @dataclass(frozen=True)
@@ -301,14 +333,18 @@ def accept_models(
     diags = [d for r in reqs for d in plan_diagnostics(r) if d.severity == "error"]
     if diags:
         raise DiagnosticError(diags)
-    table = finite_rows(table, [c for r in reqs for c in (*r.features, r.label)])
-    tests = [build_test(r, table, evidence=evidence, seed=seed) for r in reqs]
+    # each model on the rows where its own columns are present (not the other models')
+    tables = [finite_rows(table, (*r.features, r.label)) for r in reqs]
+    tests = [
+        build_test(r, t, evidence=evidence, seed=seed) for r, t in zip(reqs, tables, strict=True)
+    ]
     queries = [q for t in tests for q in t.measured]
     label = "; ".join(r.text or f"{r.model}({r.label})" for r in reqs)
     real = [float(np.ravel(v)[0]) for v in oracle.measure(queries, rho, phase=PHASE, label=label)]
     sigma = gaussian_sigma(joint_l2_sensitivity(queries, oracle.n), rho)
+    sigma *= getattr(oracle, "sd_scale", 1.0)  # answers renormalised (dpql.population)
     out, i = [], 0
-    for t in tests:
+    for t, table in zip(tests, tables, strict=True):
         measured = real[i : i + len(t.measured)]
         i += len(t.measured)
         reused, reused_sigmas = _reused(t, evidence)
@@ -330,11 +366,14 @@ def accept_models(
 
 def finite_rows(table: EncodedTable, columns: Sequence[str]) -> EncodedTable:
     """The rows whose ``columns`` have finite scaled values (a synthesizer may emit NaN;
-    post-processing gives such rows weight 0, so a model is never fitted on them)."""
+    post-processing gives such rows weight 0, so a model is never fitted on them) and are
+    present (not ``missing: keep`` cells): the rows a model is defined on."""
     ok = np.ones(table.n, dtype=bool)
     for c in columns:
         if c in table.scaled:
             ok &= np.isfinite(table.scaled[c])
+        if table.domain[c].nullable:  # a missing: keep cell has no value to fit on
+            ok &= table.codes[c] != table.domain[c].null_code
     if ok.all():
         return table
     return EncodedTable(
@@ -366,10 +405,8 @@ def _metric_interval(
 ) -> tuple[float, float, float, float]:
     """(point, sd, lo, hi) of the test metric from its noisy parts: exact for accuracy and rmse
     (increasing in their one part), delta method for f1 and R^2."""
-    span = label_span(t.req, domain)
-
     def value(p: Sequence[float]) -> float:
-        return metric_value(t.metric, p, span)
+        return t.metric_of(p, domain)
 
     point = value(parts)
     if len(parts) == 1:

@@ -39,7 +39,12 @@ from dpql.plan.ir import (
     joint_l2_sensitivity,
     on_centre_grid,
 )
-from dpql.plan.requirements import Release, RequirementMeasures, requirement_queries
+from dpql.plan.requirements import (
+    Release,
+    RequirementMeasures,
+    present_of,
+    requirement_queries,
+)
 
 
 def _mean(x: np.ndarray) -> float:
@@ -53,14 +58,17 @@ def centred_requirement(req: Requirement, table: EncodedTable) -> Requirement:
     their means, a mean's numeric column at its conditional mean. Unchanged where a column is
     categorical or the table gives no finite value."""
     d = table.domain
+    # the means over the rows the statistic is defined on (its columns present)
+    rows = eval_pred(present_of(req, d), table)
     if isinstance(req, CorrRequirement):
         centres = []
         for c in (req.a, req.b):
-            m = _mean(table.scaled[c]) if isinstance(d[c], NumericColumn) else math.nan
+            x = np.asarray(table.scaled[c])[rows] if isinstance(d[c], NumericColumn) else None
+            m = _mean(x) if x is not None else math.nan
             centres.append(on_centre_grid(m) if math.isfinite(m) else 0.5)
         return replace(req, centres=(centres[0], centres[1]))
     if isinstance(req, MeanRequirement) and isinstance(d[req.column], NumericColumn):
-        rows = eval_pred(req.given, table)
+        rows = rows & eval_pred(req.given, table)
         m = _mean(np.asarray(table.scaled[req.column])[rows])
         return replace(req, centre=on_centre_grid(m)) if math.isfinite(m) else req
     return req

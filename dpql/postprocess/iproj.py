@@ -146,6 +146,7 @@ def measure(
             raise ValueError("separate releases need scalar queries")
         y = np.array([float(np.ravel(a)[0]) for a in ans])
         s = gaussian_sigma(joint_l2_sensitivity(part, oracle.n, c.tolist()), rho_g) / c
+        s = s * getattr(oracle, "sd_scale", 1.0)  # answers renormalised (dpql.population)
         total[list(rel.cells)] += y / s**2
         precision[list(rel.cells)] += 1 / s**2
         single[list(rel.cells)] = y

@@ -18,8 +18,10 @@ from dpql.plan.ir import (
     ModelAccuracy,
     ModelRequirement,
     Query,
+    TruePred,
 )
 from dpql.plan.requirements import (
+    present_of,
     product_query,
     requirement_queries,
 )
@@ -107,6 +109,8 @@ def excess_risk_bound(
     domain = evidence.table.domain
     if req.model == "logistic" and domain.card(req.label) != 2:
         return None
+    if not isinstance(present_of(req, domain), TruePred):
+        return None  # the bound is for moments over all n rows, not over the present ones
     pos = {qq: i for i, qq in enumerate(evidence.queries)}
     idx = [pos.get(qq) for qq in requirement_queries(req, domain)]
     if any(i is None or evidence.noisy.shape[0] != len(evidence.queries) for i in idx):

@@ -99,7 +99,8 @@ def eps_from_rho(rho: float, delta: float) -> float:
 def rho_from_eps_delta_simple(epsilon: float, delta: float) -> float:
     """The rho of Bun & Steinke 2016 Prop. 1.3, solving eps = rho + 2 sqrt(rho log(1/delta)).
 
-    This is what RAP++ (rap_pp.md §4.2) uses; :func:`rho_from_eps_delta` gives a larger rho for the
+    This is what RAP++ uses (Vietri et al. 2022, App. C); :func:`rho_from_eps_delta` gives a larger
+    rho for the
     same guarantee (about 10-25% more at the epsilons of interest).
     """
     _check_delta(delta)

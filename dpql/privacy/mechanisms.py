@@ -29,7 +29,7 @@ def gaussian_sigma(l2_sensitivity: float, rho: float) -> float:
     """sigma = l2_sensitivity / sqrt(2 rho): the Gaussian mechanism's std for rho-zCDP.
 
     Bun & Steinke 2016, Prop. 1.6: adding N(0, sigma^2 I) to f with L2 sensitivity Delta is
-    Delta^2/(2 sigma^2)-zCDP (rap_pp.md §4.1, Def. 8 and Lemma 1).
+    Delta^2/(2 sigma^2)-zCDP (as in Vietri et al. 2022, §2.2, Definition 8 and Lemma 1).
     """
     _check_positive("l2_sensitivity", l2_sensitivity)
     _check_positive("rho", rho)
@@ -42,7 +42,9 @@ def gumbel_beta(score_sensitivity: float, k: int, rho: float) -> float:
     Gumbel(beta)-argmax samples the exponential mechanism prop. to exp(u / beta), which is
     (2 Du / beta)-bounded-range, hence Du^2 / (2 beta^2)-zCDP (Cesar & Rogers 2021: eps-BR implies
     eps^2/8-zCDP); one-shot top-k equals k adaptive peels (Durfee & Rogers 2019), which compose to
-    k Du^2 / (2 beta^2) = rho. See rap_pp.md §4.2 and pitfall 6 (the printed scale is a typo).
+    k Du^2 / (2 beta^2) = rho. Vietri et al. 2022, §2.2, Definition 9, print the scale as
+    ``K / sqrt(2 rho n)``, which is not even in the score's units: this is the calibration
+    Lemma 2 rests on.
     """
     _check_positive("score_sensitivity", score_sensitivity)
     _check_positive("rho", rho)

@@ -55,7 +55,8 @@ def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
         else:
             out += _categorical_checks(col, here, doc)
         out += _missing_checks(col, spec.missing, here, doc)
-    out += _drop_requirement_checks(spec, doc)
+    out += _error_rule_checks(spec, doc)
+    out += _guidance(spec, doc)
     out += _privacy_checks(spec, doc)
     data = spec.data
     if data.format is None and implied_format(data.path) is None:
@@ -222,6 +223,32 @@ def _categorical_checks(col: CategoricalSpec, here: Path_, doc: YamlDoc) -> list
     return out
 
 
+_NO_ERROR_RULE = (
+    "use missing: keep (missingness becomes a public null value, synthesized and written back "
+    "as an empty cell), drop (the row is left out; data.rows stays the public count), fill (a "
+    "public value) or, for a categorical column, other (its catch-all category); run "
+    "'dpql validate SPEC' (curator-only) for the strict look at empty and undeclared cells"
+)
+
+
+def _error_rule_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
+    """E109 for ``missing: error``: whether a release happens would depend on one record."""
+    where: list[tuple[str | int, ...]] = []
+    if "missing" in spec.model_fields_set and spec.missing == "error":
+        where.append(("missing",))
+    where += [("schema", n, "missing") for n, c in spec.columns.items() if c.missing == "error"]
+    return [
+        Diagnostic(
+            "E109",
+            "missing: error is not a rule: a release that fails on one empty or undeclared "
+            "cell reveals that cell's row",
+            doc.value_pos(path),
+            _NO_ERROR_RULE,
+        )
+        for path in where
+    ]
+
+
 def _missing_checks(
     col: NumericSpec | CategoricalSpec, default: str, here: Path_, doc: YamlDoc
 ) -> list[Diagnostic]:
@@ -349,29 +376,65 @@ def _privacy_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
     return out
 
 
-# Requirements whose estimate needs every row's value: first moments over the public n and
-# centred second moments (corr, linear, logistic, an unconditional mean). A row dropped by
-# ``missing: drop`` contributes 0 to every sum, which biases them; a conditional mean
-# ``mean(x | p)`` is a ratio of two sums over the same kept rows and stays well defined.
-_NEEDS_EVERY_ROW = re.compile(r"\s*(corr|linear|logistic)\s*\(|\s*mean\s*\((?![^)]*\|)")
+# Names of integer columns that usually hold codes or calendar values rather than quantities:
+# occupation / industry / area codes, identifiers, survey years and waves. Numeric bins over
+# such a column put unrelated codes in one bin and synthesize codes that may not exist.
+_CODE_NAME = re.compile(
+    r"(^|_)(year|yr|code|codes|id|occ|occupation|industry|ind|naics|soc|isco|isic|fips|zip|"
+    r"postcode|county|state|region|country|wave|round|cohort|class|type|status|cat|category)"
+    r"($|_)|(code|year)$",
+    re.IGNORECASE,
+)
 
 
-def _drop_requirement_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
-    dropped = [n for n, c in spec.columns.items() if (c.missing or spec.missing) == "drop"]
-    if not dropped:
-        return []
+def _looks_like_codes(name: str, col: NumericSpec) -> bool:
+    """An integer column whose name says codes or years, or whose bounds are calendar years,
+    binned coarser than one integer per bin (so bins mix codes): a guess from the spec."""
+    if not col.integer or col.min is None or col.max is None:
+        return False
+    integers = int(math.floor(col.max) - math.ceil(col.min)) + 1
+    bins = len(col.edges) - 1 if col.edges is not None else (col.bins or 1)
+    if bins >= integers:
+        return False  # one integer per bin: no code is invented
+    years = 1800 <= col.min < col.max <= 2100
+    return years or bool(_CODE_NAME.search(name))
+
+
+def _guidance(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
+    """Warnings from public facts about what the release will represent: ``W102`` a
+    ``missing: drop`` column (the table describes the rows where it is present), ``W103`` an
+    integer column that looks like codes or years binned numerically."""
     out: list[Diagnostic] = []
-    for i, text in enumerate(spec.requirements or ()):
-        if _NEEDS_EVERY_ROW.match(str(text)):
+    dropped = [n for n, c in spec.columns.items() if (c.missing or spec.missing) == "drop"]
+    if dropped:
+        name = dropped[0]
+        at = ("schema", name, "missing") if spec.columns[name].missing else ("missing",)
+        if not doc.has(at):  # the default rule under method: gan
+            at = ("synthesizer", "method")
+        names = ", ".join(dropped)
+        out.append(
+            Diagnostic(
+                "W102",
+                f"missing: drop on {names}: the table describes the rows where "
+                f"{names} {'is' if len(dropped) == 1 else 'are'} present (the complete cases), "
+                "not every row; every statistic is over those rows",
+                doc.value_pos(at),
+                "use missing: keep to release every row with its empty cells (docs/missing.md)",
+                "warning",
+            )
+        )
+    for name, col in spec.columns.items():
+        if isinstance(col, NumericSpec) and _looks_like_codes(name, col):
             out.append(
                 Diagnostic(
-                    "E112",
-                    f"requirement '{text}' cannot be estimated with missing: drop (column "
-                    f"'{dropped[0]}'): a dropped row contributes 0 to every sum over the public "
-                    "n, which biases moments, correlations and regressions",
-                    doc.value_pos(("requirements", i)),
-                    "use missing: fill or keep for the column, or a conditional "
-                    "mean(x | predicate) / count(...), which drop leaves well defined",
+                    "W103",
+                    f"integer column '{name}' looks like codes or years: its numeric bins put "
+                    "several values in one bin, and the release draws values inside a bin that "
+                    "may not exist in the data",
+                    doc.key_pos(("schema", name)),
+                    f"declare '{name}' categorical with its codes as values (or a values_file "
+                    "and a group file for many codes), or give it one bin per integer",
+                    "warning",
                 )
             )
     return out

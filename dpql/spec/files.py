@@ -5,6 +5,15 @@ is self-contained and pins them: ``values`` with the file's values, ``values_sha
 sha256; ``group.levels`` with the group of every value (in ``values`` order), ``group.sha256``
 with the mapping file's sha256. A spec that already carries ``values_sha256`` / ``levels`` (a
 normalised spec, as a provenance record embeds it) is taken as it is and nothing is read.
+
+A spec may pin a file by giving its hash: ``values_sha256`` (with ``values_file``) or
+``group.sha256`` (with ``group.file``) is checked against the file read (``E123``). A public
+file that is the data file (the same path, or the same file by identity: a hard or symbolic
+link) is refused before it is opened (``E122``): it would publish private cells. A copy of the
+data file is caught at compile time, where the data file's hash is computed anyway
+(:func:`public_copies_of_data`). Only regular files are opened (a FIFO or device would block),
+each read is bounded, and no message quotes the contents of a file (its line numbers only: a
+file named by mistake may hold private data).
 """
 
 from __future__ import annotations
@@ -12,9 +21,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 from pathlib import Path
 
 from dpql.diagnostics import Diagnostic, SourcePos
+from dpql.io import UnreadableFile, open_regular, read_capped
 from dpql.spec.models import MAX_CATEGORIES, CategoricalSpec, GroupSpec, ReleaseSpec
 from dpql.spec.yamlpos import Path_, YamlDoc
 
@@ -31,12 +42,9 @@ def _pos(doc: YamlDoc, path: Path_) -> SourcePos | None:
 def _read(path: Path, shown: str) -> tuple[str, str] | str:
     """(text, sha256) of a public file, or why it cannot be read (naming it ``shown``)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        return f"cannot read '{shown}': {e.strerror or e}"
-    if len(raw) > MAX_FILE_BYTES:
-        return f"'{shown}' is larger than {MAX_FILE_BYTES:,} bytes"
+        raw = read_capped(path, MAX_FILE_BYTES)
+    except UnreadableFile as e:
+        return f"cannot read '{shown}': {e}"
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -44,8 +52,62 @@ def _read(path: Path, shown: str) -> tuple[str, str] | str:
     return text, hashlib.sha256(raw).hexdigest()
 
 
-def _csv_rows(text: str) -> list[list[str]]:
-    return [[c.strip() for c in row] for row in csv.reader(io.StringIO(text)) if row]
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path lexically or after resolving
+    symbolic links, or the same device and inode (a hard link). Only ``stat`` is called: no
+    file is opened. Paths that cannot be resolved or do not exist compare by name alone."""
+    if "\x00" in str(a) or "\x00" in str(b):
+        return False
+    if os.path.normpath(a) == os.path.normpath(b):
+        return True
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _public_path(base: Path, written: str) -> Path:
+    """A public file's path written in the spec, relative to the spec's folder, lexically
+    normalised (never resolved here: a loop or a NUL byte is reported when it is opened)."""
+    return Path(os.path.normpath(base / written))
+
+
+def data_file_error(
+    what: str, written: str, base: Path, data: Path, at: SourcePos | None, code: str = "E122"
+) -> Diagnostic | None:
+    """``E122`` when the public input ``what`` (``written`` in the spec) is the data file."""
+    if not same_file(_public_path(base, written), data):
+        return None
+    return Diagnostic(
+        code,
+        f"{what} '{written}' is the data file (data.path): a public input must not be the "
+        "private data",
+        at,
+        "point it at a public file (the list of categories, the grouping, the external table), "
+        "never at the data",
+    )
+
+
+def _csv_parse(text: str) -> list[list[str]] | str:
+    """The rows of a CSV text, or why it is not CSV (the reason quotes none of its cells)."""
+    try:
+        return list(csv.reader(io.StringIO(text)))
+    except csv.Error as e:
+        if "field limit" in str(e):
+            return f"a field is longer than {csv.field_size_limit():,} characters"
+        return "it is not valid CSV (a NUL byte or a broken quote)"
+
+
+def _csv_rows(text: str) -> list[list[str]] | str:
+    rows = _csv_parse(text)
+    if isinstance(rows, str):
+        return rows
+    return [[c.strip() for c in row] for row in rows if row]
 
 
 def expand_files(
@@ -54,13 +116,20 @@ def expand_files(
     """The spec with every ``values_file`` and ``group.file`` read in (module docstring), and
     the problems found, each located in the spec or at ``file:line`` of the public file."""
     out: list[Diagnostic] = []
+    data = _public_path(base, spec.data.path)
+    synth = spec.synthesizer
+    if getattr(synth, "method", None) == "external":
+        found = data_file_error(
+            "the external table", synth.path, base, data, _pos(doc, ("synthesizer", "path"))
+        )
+        out += [found] if found else []
     columns = dict(spec.columns)
     changed = False
     for name, col in spec.columns.items():
         if not isinstance(col, CategoricalSpec):
             continue
         here: Path_ = ("schema", name)
-        new, diags = _expand_column(name, col, doc, here, base)
+        new, diags = _expand_column(name, col, doc, here, base, data)
         out += diags
         if new is not col:
             columns[name] = new
@@ -96,7 +165,7 @@ def expand_files(
 
 
 def _expand_column(
-    name: str, col: CategoricalSpec, doc: YamlDoc, here: Path_, base: Path
+    name: str, col: CategoricalSpec, doc: YamlDoc, here: Path_, base: Path, data: Path
 ) -> tuple[CategoricalSpec, list[Diagnostic]]:
     out: list[Diagnostic] = []
     update: dict[str, object] = {}
@@ -130,14 +199,14 @@ def _expand_column(
             )
         ]
     elif values is None:
-        values, diags, digest = _read_values(name, col, doc, here, base)
+        values, diags, digest = _read_values(name, col, doc, here, base, data)
         if values is None:
             return col, out + diags
         out += diags
         update["values"] = values
         update["values_sha256"] = digest
     if col.group is not None and not out:
-        group, diags = _expand_group(name, col.group, values, doc, (*here, "group"), base)
+        group, diags = _expand_group(name, col.group, values, doc, (*here, "group"), base, data)
         out += diags
         if group is not col.group:
             update["group"] = group
@@ -147,20 +216,30 @@ def _expand_column(
 
 
 def _read_values(
-    name: str, col: CategoricalSpec, doc: YamlDoc, here: Path_, base: Path
+    name: str, col: CategoricalSpec, doc: YamlDoc, here: Path_, base: Path, data: Path
 ) -> tuple[list[str] | None, list[Diagnostic], str]:
     assert col.values_file is not None
     at = _pos(doc, (*here, "values_file"))
-    path = (base / col.values_file).resolve()
+    is_data = data_file_error(f"values_file of '{name}'", col.values_file, base, data, at)
+    if is_data is not None:
+        return None, [is_data], ""
+    path = _public_path(base, col.values_file)
     read = _read(path, col.values_file)
     if isinstance(read, str):
         return None, [Diagnostic("E120", f"values_file of '{name}': {read}", at)], ""
     text, digest = read
+    pinned = _pin_error(
+        f"values_file of '{name}'", col.values_sha256, digest, _pos(doc, (*here, "values_sha256"))
+    )
+    if pinned is not None:
+        return None, [pinned], ""
     file = str(path)
     if col.values_column is None:
         lines = [(i + 1, line.strip()) for i, line in enumerate(text.splitlines())]
     else:
-        rows = list(csv.reader(io.StringIO(text)))
+        rows = _csv_parse(text)
+        if isinstance(rows, str):
+            return None, [Diagnostic("E120", f"values_file of '{name}': {rows}", at)], ""
         header = [c.strip() for c in rows[0]] if rows else []
         if col.values_column not in header:
             return (
@@ -170,7 +249,7 @@ def _read_values(
                         "E120",
                         f"values_file of '{name}' has no column '{col.values_column}'",
                         _pos(doc, (*here, "values_column")),
-                        f"its header is: {', '.join(header)}" if header else "the file is empty",
+                        _header_hint(header),
                     )
                 ],
                 "",
@@ -203,8 +282,8 @@ def _read_values(
             out.append(
                 Diagnostic(
                     "E106",
-                    f"category '{v}' of '{name}' is listed twice in its values_file (first on "
-                    f"line {first[v]})",
+                    f"a category of '{name}' is listed twice in its values_file (this line "
+                    f"repeats line {first[v]})",
                     SourcePos(file, line, 1),
                     "categories must be unique: their position is their code",
                 )
@@ -217,7 +296,13 @@ def _read_values(
 
 
 def _expand_group(
-    name: str, group: GroupSpec, values: list[str] | None, doc: YamlDoc, here: Path_, base: Path
+    name: str,
+    group: GroupSpec,
+    values: list[str] | None,
+    doc: YamlDoc,
+    here: Path_,
+    base: Path,
+    data: Path,
 ) -> tuple[GroupSpec, list[Diagnostic]]:
     assert values is not None
     at = _pos(doc, here)
@@ -238,13 +323,23 @@ def _expand_group(
             Diagnostic("E121", f"group of '{name}' needs a 'file'", at, "add 'file: groups.csv'")
         ]
     at = _pos(doc, (*here, "file"))
-    path = (base / group.file).resolve()
+    is_data = data_file_error(f"group file of '{name}'", group.file, base, data, at)
+    if is_data is not None:
+        return group, [is_data]
+    path = _public_path(base, group.file)
     read = _read(path, group.file)
     if isinstance(read, str):
         return group, [Diagnostic("E121", f"group file of '{name}': {read}", at)]
     text, digest = read
+    pinned = _pin_error(
+        f"group file of '{name}'", group.sha256, digest, _pos(doc, (*here, "sha256"))
+    )
+    if pinned is not None:
+        return group, [pinned]
     file = str(path)
     rows = _csv_rows(text)
+    if isinstance(rows, str):
+        return group, [Diagnostic("E121", f"group file of '{name}': {rows}", at)]
     if not rows or len(rows[0]) < 2:
         return group, [
             Diagnostic(
@@ -263,7 +358,7 @@ def _expand_group(
                     "E121",
                     f"group file of '{name}' has no column '{col}'",
                     _pos(doc, (*here, key)) or at,
-                    f"its header is: {', '.join(header)}",
+                    _header_hint(header),
                 )
             ]
     i, j = header.index(fine_col), header.index(coarse_col)
@@ -277,9 +372,9 @@ def _expand_group(
         if not fine or not coarse:
             problem = "a value or its group is empty"
         elif fine not in code:
-            problem = f"value '{fine}' is not one of the values of '{name}'"
+            problem = f"the value on this line is not one of the values of '{name}'"
         elif levels[code[fine]] is not None and levels[code[fine]] != coarse:
-            problem = f"value '{fine}' is mapped to two groups"
+            problem = "the value on this line is mapped to two groups"
         if problem is not None:
             where = SourcePos(file, line, 1)
             out.append(Diagnostic("E121", f"group file of '{name}': {problem}", where))
@@ -287,13 +382,13 @@ def _expand_group(
                 break
             continue
         levels[code[fine]] = coarse
-    unmapped = [v for v, g in zip(values, levels, strict=True) if g is None]
+    unmapped = [k for k, g in enumerate(levels) if g is None]
     if unmapped and len(out) < 10:
         out.append(
             Diagnostic(
                 "E121",
                 f"group file of '{name}' maps no group to {len(unmapped):,} value(s), e.g. "
-                f"'{unmapped[0]}'",
+                f"value number {unmapped[0] + 1} of its values",
                 at,
                 "every value needs exactly one group",
             )
@@ -301,3 +396,71 @@ def _expand_group(
     if out:
         return group, out
     return group.model_copy(update={"levels": levels, "sha256": digest}), []
+
+
+def _pin_error(
+    what: str, pinned: str | None, digest: str, at: SourcePos | None
+) -> Diagnostic | None:
+    """``E123`` when the spec pins a hash that the file read does not have."""
+    if pinned is None or pinned.lower() == digest:
+        return None
+    return Diagnostic(
+        "E123",
+        f"{what} has sha256 {digest}, not the {pinned} the spec pins",
+        at,
+        "the file changed since the spec was written: check it, then update the pinned sha256 "
+        "(or remove it to take the file as it is)",
+    )
+
+
+def file_digest(path: Path) -> str | None:
+    """The sha256 of the regular file ``path`` read in blocks, or None if it cannot be read."""
+    try:
+        fd = open_regular(path)
+    except UnreadableFile:
+        return None
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def public_copies_of_data(
+    spec: ReleaseSpec, doc: YamlDoc, base: Path, data_sha256: str
+) -> list[Diagnostic]:
+    """``E122`` for every public input whose bytes are the data file's (``data_sha256``, which
+    the data layer computes when it opens the file): the values and group files by the hashes
+    the spec pinned at load, the external table by hashing it (it is public). Called after the
+    data file is opened and before anything is measured; the messages name the spec's keys
+    only."""
+    out: list[Diagnostic] = []
+    hint = "point it at a public file, never at a copy of the data"
+
+    def refuse(what: str, path: Path_) -> None:
+        message = f"{what} has the same bytes as the data file: a public input must not be the "
+        out.append(Diagnostic("E122", message + "private data", _pos(doc, path), hint))
+
+    for name, col in spec.columns.items():
+        if not isinstance(col, CategoricalSpec):
+            continue
+        if col.values_file and col.values_sha256 == data_sha256:
+            refuse(f"values_file of '{name}'", ("schema", name, "values_file"))
+        if col.group is not None and col.group.file and col.group.sha256 == data_sha256:
+            refuse(f"group file of '{name}'", ("schema", name, "group", "file"))
+    synth = spec.synthesizer
+    if getattr(synth, "method", None) == "external":
+        if file_digest(_public_path(base, synth.path)) == data_sha256:
+            refuse("the external table", ("synthesizer", "path"))
+    return out
+
+
+def _header_hint(header: list[str]) -> str:
+    """How to fix a column name missing from a public file's header, without quoting the header
+    (a file named by mistake may be a copy of the data, whose column names can be private)."""
+    if not header:
+        return "the file is empty"
+    return f"its first line has {len(header)} column name(s): name one of them"

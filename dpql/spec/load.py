@@ -14,7 +14,8 @@ import os
 import re
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -34,8 +35,10 @@ from dpql.spec.files import expand_files
 from dpql.spec.models import (
     NumericSpec,
     Policy,
+    ProjectFile,
     ReleaseSpec,
 )
+from dpql.spec.todo import todo_diagnostics
 from dpql.spec.yamlpos import (
     MAX_DOCUMENT_CHARS,
     Located,
@@ -97,7 +100,8 @@ class LoadedSpec:
 
     @property
     def target_delta(self) -> float:
-        """The delta the release is reported at: the spec's, else 1/n^2 (rap_pp.md §4.2)."""
+        """The delta the release is reported at: the spec's, else 1/n^2 (the convention of
+        Vietri et al. 2022, §5)."""
         delta = self.model.privacy.delta
         return delta if delta is not None else 1.0 / self.rows**2
 
@@ -113,7 +117,13 @@ class LoadedPolicy:
     def ledger_path(self) -> Path | None:
         """The lifetime release ledger, resolved against the policy file's folder."""
         lifetime = self.model.lifetime
-        return (self.path.parent / lifetime.ledger).resolve() if lifetime else None
+        if lifetime is None:
+            return None
+        path = self.path.parent / lifetime.ledger
+        try:
+            return path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop: reported where the ledger is opened
+            return Path(os.path.normpath(path))
 
 
 def normalised_spec_json(spec: ReleaseSpec) -> str:
@@ -159,12 +169,54 @@ def build_domain(spec: ReleaseSpec) -> Domain:
         else c
         for c in columns
     ]
-    return Domain(tuple(columns))
+    # missing: drop: the release describes the rows where these columns are present
+    dropped = tuple(
+        c.name for c in columns if (spec.columns[c.name].missing or spec.missing) == "drop"
+    )
+    return Domain(tuple(columns), dropped)
 
 
 def load_spec(path: str | os.PathLike[str]) -> LoadedSpec:
     """Load and check a release spec; raise DiagnosticError with every problem found."""
     return _load_spec_doc(_read_yaml(path), path)
+
+
+def load_spec_with_overrides(
+    path: str | os.PathLike[str], overrides: Mapping[str, Any]
+) -> LoadedSpec:
+    """:func:`load_spec` with some values replaced: ``overrides`` maps a dotted key of the spec
+    (``"privacy.epsilon"``, ``"schema.age.max"``, ``"synthesizer.rows"``) or a top-level key
+    to its new value (a mapping value replaces the whole mapping). The spec is checked with the
+    overrides in place; its errors name the file and the overridden keys, without a line (the
+    checked text is not the file's). Relative paths still resolve against the file."""
+    file = os.fspath(path)
+    doc = _read_yaml(path)
+    data = json.loads(json.dumps(doc.data))  # a deep copy of plain values
+    for key, value in overrides.items():
+        parts = str(key).split(".")
+        node = data
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    label = f"{file} (with overrides: {', '.join(map(str, overrides))})"
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=1)
+    except (TypeError, ValueError):
+        raise DiagnosticError(
+            [Diagnostic("E012", "an override is not a plain YAML value", SourcePos(label))]
+        ) from None
+    try:
+        return _load_spec_doc(load_yaml(text, label), path)
+    except DiagnosticError as e:  # lines of the generated text would mislead: name the key only
+        raise DiagnosticError(
+            [
+                replace(d, pos=SourcePos(label)) if d.pos is not None and d.pos.file == label
+                else d
+                for d in e.diagnostics
+            ]
+        ) from None
 
 
 #: Characters a YAML reader refuses or reads as a line break even inside a quoted string; the
@@ -212,6 +264,9 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _load_spec_doc(doc: YamlDoc, path: str | os.PathLike[str]) -> LoadedSpec:
+    todos = todo_diagnostics(doc.data, doc)  # a draft of dpql init: say what is left to fill
+    if todos:
+        raise DiagnosticError(todos)
     spec = _validate(ReleaseSpec, doc)
     sink = DiagnosticSink()
     spec, found = expand_files(spec, doc, Path(path).resolve().parent)
@@ -236,6 +291,27 @@ def load_policy(path: str | os.PathLike[str]) -> LoadedPolicy:
     """Load and check a privacy policy; raise DiagnosticError with every problem found."""
     doc = _read_yaml(path)
     return LoadedPolicy(_validate(Policy, doc), Path(path).resolve(), doc.text, doc)
+
+
+@dataclass(frozen=True)
+class LoadedProject:
+    """A project file (``dpql.yaml``) with its paths resolved against its folder."""
+
+    path: Path
+    policy: Path | None
+    ledger: Path | None
+
+
+def load_project(path: str | os.PathLike[str]) -> LoadedProject:
+    """Load a project file; raise DiagnosticError with every problem found."""
+    doc = _read_yaml(path)
+    model = _validate(ProjectFile, doc)
+    file = Path(os.path.realpath(path))
+    return LoadedProject(
+        file,
+        Path(os.path.realpath(file.parent / model.policy)) if model.policy else None,
+        Path(os.path.realpath(file.parent / model.ledger)) if model.ledger else None,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -417,6 +493,10 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         expected = [t.strip(" '") for t in ctx["expected"].replace(" or ", ",").split(",")]
         hint = did_you_mean(str(got), expected) or f"use one of: {', '.join(expected)}"
         return Diagnostic("E102", f"'{name}' {should}{_got(got)}", pos, hint)
+    if kind == "value_error" and should.startswith("Value error, should "):
+        return Diagnostic(
+            "E101", f"'{name}' {should[len('Value error, ') :]}{_got(err['input'])}", pos
+        )
     if kind in _RANGE_ERRORS:
         text = _range_text(kind, ctx, should)
         return Diagnostic("E101", f"'{name}' {text}{_got(err['input'])}", pos)

@@ -5,10 +5,13 @@ across fields (min < max, edges covering the bounds, budget form, split phases, 
 rules) run afterwards in :mod:`dpql.spec.load`, where every problem gets a source position.
 ``spec/release.schema.json`` and ``spec/policy.schema.json`` are generated from these models.
 
-Missing values (the ``missing`` keys). A top-level ``missing: error | drop`` is the default for
-every column; a column may override it with its own ``missing``:
+Missing values (the ``missing`` keys). A top-level ``missing: keep | drop`` is the default for
+every column (``keep`` when absent); a column may override it with its own ``missing``. A cell is
+missing when it is empty, and also when it cannot be read as a value of the column (a number that
+does not parse or is not finite, a category not among ``values`` with no ``other``, every cell
+of a malformed CSV row; :mod:`dpql.codec`), so every rule is total: no cell makes a release fail
+(design invariant 6). ``dpql validate`` is the curator's strict look at such cells.
 
-* ``error`` (default): a missing value in the data is an input error (E4xx, data layer);
 * ``drop``: a row with a missing value in this column is left out of every measurement: it
   contributes zero to every sum, and averages are still divided by the public n. ``data.rows``
   stays the file's public row count (or another public figure) and must never depend on the
@@ -21,14 +24,17 @@ every column; a column may override it with its own ``missing``:
   ``values``, or a number in ``[min, max]``);
 * ``other`` (categorical only): map to the column's declared ``other`` category, the catch-all
   that also receives values not listed in ``values``;
-* ``keep``: missingness is a public state of the column, one extra code after its values (a
-  null category) or bins (a null bin), present whether or not the data has missing cells; it
-  is measured and synthesized like any other value and written back as an empty cell.
+* ``keep`` (default): missingness is a public state of the column, one extra code after its
+  values (a null category) or bins (a null bin), present whether or not the data has missing
+  cells; it is measured and synthesized like any other value and written back as an empty cell;
+* ``error`` is no longer a rule: whether a release happens would depend on one record. A spec
+  that says it gets a located error (E109) naming the rules above and ``dpql validate``.
 
 Privacy split. ``privacy.split`` optionally divides the synthesizer's part of the budget (what
 is left after ``postprocess.share``) between its phases: ``selection``/``measurement`` for rap
-(default 1/4 and 3/4 of each adaptive round; rap_pp.md §4.2 uses one half each),
-``autoencoder``/``generator`` for gan (dp_auto_gan.md §4.2). Shares are positive and sum to 1.
+(default 1/4 and 3/4 of each adaptive round; Vietri et al. 2022, App. C, use one half each),
+``autoencoder``/``generator`` for gan (the two DP-SGD phases Tantipongpipat et al. 2019 compose
+by Lemma 4, §3.3). Shares are positive and sum to 1.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_BINS = 10  # numeric columns with neither bins nor edges
 
@@ -54,14 +60,36 @@ MAX_DSL_CHARS = 10_000  # one workload item or requirement
 MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
 MIN_RHO, MAX_RHO = 1e-12, 1e6
 MIN_DELTA, MAX_DELTA = 1e-100, 0.5
-MIN_SHARE, MAX_SHARE = 0.001, 0.999  # postprocess.share
+#: Every share of a budget (postprocess.share, the synthesizers' phase shares): a smaller one
+#: underflows the noise scale it is divided into (a division by zero at plan time).
+MIN_SHARE, MAX_SHARE = 0.001, 0.999
 MIN_SPLIT = 1e-6  # privacy.split shares (exact to 1e-6)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Probability = Annotated[float, Field(gt=0, lt=1)]
-Share = Annotated[float, Field(ge=MIN_SHARE, le=MAX_SHARE)]
+Share = Annotated[float, Field(ge=MIN_SHARE, le=MAX_SHARE, allow_inf_nan=False)]
+
+
+def _zero_or_share(value: float) -> float:
+    if value != 0 and value < MIN_SHARE:
+        raise ValueError(f"should be 0 or at least {MIN_SHARE:g}")
+    return value
+
+
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+MAX_PATH_CHARS = 4096
+
+
+def _path_text(value: str) -> str:
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        raise ValueError("should be a path without control characters (a NUL byte, a line break)")
+    return value
+
+
+#: A file path written in a spec or policy: no control characters (a NUL byte cannot name a
+#: file; an escape sequence would be printed in messages), at most 4,096 characters.
+PathStr = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_path_text)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Rows = Annotated[int, Field(gt=0, le=MAX_ROWS)]
 Epsilon = Annotated[float, Field(ge=MIN_EPSILON, le=MAX_EPSILON, allow_inf_nan=False)]
@@ -88,7 +116,7 @@ class _Model(BaseModel):
 class DataSpec(_Model):
     """Where the private table is and its public size."""
 
-    path: NonEmptyStr = Field(description="Data file, relative to the spec file.")
+    path: PathStr = Field(description="Data file, relative to the spec file.")
     rows: Rows = Field(
         description="Public row count n: the file's published row count (or another public "
         "figure), never computed from the data (not the count after missing: drop). "
@@ -140,12 +168,15 @@ class GroupSpec(_Model):
     ``sha256`` and ``levels`` (the group of each value, in ``values`` order) are filled in when
     the spec is loaded, so the normalised spec pins the file and is self-contained."""
 
-    file: NonEmptyStr | None = Field(
+    file: PathStr | None = Field(
         None, description="CSV with a header: a fine-value column and a group column."
     )
     fine: NonEmptyStr | None = Field(None, description="Fine-value column; default the first.")
     coarse: NonEmptyStr | None = Field(None, description="Group column; default the second.")
-    sha256: str | None = Field(None, description="Filled in at load: sha256 of the file.")
+    sha256: str | None = Field(
+        None,
+        description="Filled in at load: sha256 of the file; given, the file must have it.",
+    )
     levels: list[NonEmptyStr] | None = Field(
         None, max_length=MAX_CATEGORIES, description="Group of each value (filled in at load)."
     )
@@ -164,13 +195,16 @@ class CategoricalSpec(_Model):
         max_length=MAX_CATEGORIES,
         description="All categories, unique (or give values_file).",
     )
-    values_file: NonEmptyStr | None = Field(
+    values_file: PathStr | None = Field(
         None, description="Public file of the values, relative to the spec: one per line."
     )
     values_column: NonEmptyStr | None = Field(
         None, description="With values_file: read this column of a CSV (with a header)."
     )
-    values_sha256: str | None = Field(None, description="Filled in at load: sha256 of values_file.")
+    values_sha256: str | None = Field(
+        None,
+        description="Filled in at load: sha256 of values_file; given, the file must have it.",
+    )
     group: GroupSpec | None = Field(
         None, description="Public grouping: marginals use the groups, the output fine values."
     )
@@ -205,8 +239,9 @@ class PrivacySpec(_Model):
 
 
 class RapOptions(_Model):
-    """Every RAP++ knob (rap_pp.md §4), with its default; the one options model of the rap
-    backend (``dpql.synth.rap``), so each option error has a position in the spec."""
+    """Every RAP++ knob (Vietri et al. 2022, Algorithms 1 and 2), with its default; the one
+    options model of the rap backend (``dpql.synth.rap``), so each option error has a position
+    in the spec."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] = 8
     queries_per_round: Annotated[int, Field(gt=0, le=100_000)] = 4
@@ -218,13 +253,16 @@ class RapOptions(_Model):
     learning_rate: Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)] = 0.05
     sigma_start: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 8.0
     sigma_max: Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)] = 512.0
-    init_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.2
-    threshold_share: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.25
+    init_share: Share = 0.2
+    threshold_share: Share = 0.25
 
     @model_validator(mode="after")
     def _consistent(self) -> RapOptions:
-        if self.init_share + self.threshold_share >= 1:
-            raise ValueError("init_share + threshold_share must leave budget for marginal rounds")
+        if self.init_share + self.threshold_share > MAX_SHARE:
+            raise ValueError(
+                f"should have init_share + threshold_share at most {MAX_SHARE:g} (the marginal "
+                "rounds need a share of the budget)"
+            )
         if self.sigma_start > self.sigma_max:
             raise ValueError("need sigma_start <= sigma_max")
         return self
@@ -247,42 +285,67 @@ LayerWidths = Annotated[tuple[PositiveInt, ...], Field(min_length=1, strict=Fals
 NoisePair = Annotated[tuple[PositiveFloat, PositiveFloat], Field(strict=False)]
 
 
-class GanOptions(_Model):
-    """Every DP-auto-GAN knob (architecture, optimisation, DP-SGD), with the paper's Adult
-    setting as defaults (digest ``dp_auto_gan.md`` §4.4): the one options model of the gan
-    backend (``dpql.synth.gan``). ``noise_multipliers = [psi_autoencoder, psi_critic]`` fixes
-    the noise as in the paper's reproduction runs; unset, the planner calibrates both to the
-    budget. ``seed`` seeds parameter initialisation only, never DP noise or sampling."""
+#: the options ``preset: paper`` sets where the spec leaves them unset: the paper's Adult setting
+#: (Tantipongpipat et al. 2019, App. E.1), min-max encoding and no measured marginals
+GAN_PAPER_PRESET: Mapping[str, Any] = {
+    "encoding": "minmax",
+    "ae_batch_size": 64,
+    "ae_steps": 10_000,
+    "critic_batch_size": 128,
+    "critic_steps": 15_000,
+    "critic_steps_per_generator_step": 15,
+}
 
+
+class GanOptions(_Model):
+    """Every DP-auto-GAN knob (architecture, optimisation, DP-SGD): the one options model of the
+    gan backend (``dpql.synth.gan``). The defaults are the best measured configuration
+    (``benchmarks/gan``): public-bin encoding, DP-measured marginals, fine-tuning, and fewer,
+    larger DP-SGD steps than the paper's; ``preset: paper`` gives the paper's Adult setting
+    (Tantipongpipat et al. 2019, App. E.1; :data:`GAN_PAPER_PRESET`) to every option the spec
+    leaves unset. ``noise_multipliers = [psi_autoencoder, psi_critic]`` fixes the noise as in
+    the paper's reproduction runs; unset, the planner calibrates both to the budget. ``seed``
+    seeds parameter initialisation only, never DP noise or sampling."""
+
+    preset: Literal["default", "paper"] = Field(
+        "default",
+        description="Defaults of the options left unset: default (the best measured: encoding "
+        "bins, measured marginals, fine-tuning, 1000 + 1000 DP-SGD steps of 256 rows) or paper "
+        "(Tantipongpipat et al. 2019, App. E.1: encoding minmax, no measured marginals, "
+        "ae_batch_size 64, ae_steps 10000, critic_batch_size 128, critic_steps 15000, "
+        "critic_steps_per_generator_step 15).",
+    )
     ae_latent_dim: PositiveInt = 15
     ae_hidden: PositiveInt | None = None
-    ae_batch_size: PositiveInt = 64
-    ae_steps: PositiveInt = 10_000
+    ae_batch_size: PositiveInt = 256
+    ae_steps: PositiveInt = 1000
     ae_learning_rate: PositiveFloat = 0.005
     ae_clip_norm: PositiveFloat = 0.012
     critic_hidden: LayerWidths | None = None
-    critic_batch_size: PositiveInt = 128
-    critic_steps: PositiveInt = 15_000
+    critic_batch_size: PositiveInt = 256
+    critic_steps: PositiveInt = 1000
     critic_learning_rate: PositiveFloat = 0.005
     critic_clip_norm: PositiveFloat = 0.022
     critic_weight_clip: PositiveFloat = 0.01
-    critic_steps_per_generator_step: PositiveInt = 15
+    critic_steps_per_generator_step: PositiveInt = 5
     generator_noise_dim: PositiveInt = 64
     generator_learning_rate: PositiveFloat = 0.005
     generator_layer_norm: bool = True
     noise_multipliers: NoisePair | None = None
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
     encoding: Literal["minmax", "bins"] = Field(
-        "minmax",
-        description="Numeric columns as one min-max-scaled coordinate (the paper's), or as a "
-        "one-hot block over their public bins plus a within-bin offset (issue 16).",
+        "bins",
+        description="Numeric columns as a one-hot block over their public bins plus a "
+        "within-bin offset, or as one min-max-scaled coordinate (the paper's; preset: paper).",
     )
     integer_levels: Annotated[int, Field(ge=0, le=256)] = Field(
         16,
         description="With encoding: bins, an integer column with at most this many values is "
         "one-hot over its values (0: never).",
     )
-    marginal_share: Annotated[float, Field(ge=0.0, le=0.9)] | None = Field(
+    marginal_share: (
+        Annotated[float, Field(ge=0.0, le=0.9), AfterValidator(_zero_or_share)] | None
+    ) = Field(
         None,
         description="Fraction of the synthesizer's rho spent on one Gaussian release of DP "
         "marginals (phase gan.marginals): every 1-way marginal, and with encoding: bins the "
@@ -325,6 +388,14 @@ class GanOptions(_Model):
         "the resampling (raking to the 1-way marginals) draws from.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _preset(cls, data: Any) -> Any:
+        # the paper preset changes the defaults only: options the spec sets keep their values
+        if isinstance(data, Mapping) and data.get("preset") == "paper":
+            return {**GAN_PAPER_PRESET, **data}
+        return data
+
     @property
     def effective_marginal_share(self) -> float:
         """``marginal_share``, or its default for the encoding (0.5 bins, 0 minmax)."""
@@ -349,36 +420,54 @@ class AimOptions(_Model):
     ``rounds`` select-and-measure rounds after one release of every 1-way marginal."""
 
     rounds: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
-        None, description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
+        None,
+        description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
         "where the signal is abundant, fewer where noise would swamp them), in at most 4 rounds "
-        "(dpql.synth.aim.default_schedule)."
+        "(dpql.synth.aim.default_schedule).",
     )
     per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
-        None, description="Marginals selected and measured per round; default: by the rule "
-        "above with rounds unset, else 1."
+        None,
+        description="Marginals selected and measured per round; default: by the rule "
+        "above with rounds unset, else 1.",
     )
-    init_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] | None = Field(
-        None, description="Share of rho on the 1-way marginals; default: enough for 0.05 "
+    init_share: Share | None = Field(
+        None,
+        description="Share of rho on the 1-way marginals; default: enough for 0.05 "
         "expected L1 noise per column, within [0.2, 0.7]; 0.9 if only one marginal is affordable "
-        "(dpql.synth.aim.default_schedule)."
+        "(dpql.synth.aim.default_schedule).",
     )
-    select_share: Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)] = 0.1
+    select_share: Share = 0.1
+    tree: bool = Field(
+        True, description="Before the adaptive rounds, one round that selects a spanning forest "
+        "of the 2-way candidates (MST's maximum spanning tree, McKenna et al. 2021: one "
+        "exponential-mechanism pick per edge, each among the pairs that join two components, "
+        "scored against the 1-way model) and measures it, so that every column is measured with "
+        "another where the budget affords a pair for it (dpql.synth.aim.spanning_picks)."
+    )
+    tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
+        0.5, description="Budget of each spanning-forest pair relative to an adaptive pick "
+        "(a pair has fewer cells than most adaptive picks, so less budget buys it the same noise "
+        "L1)."
+    )
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = Field(
-        None, description="Cap on the graphical model's size in MB (AIM's model-size filter); "
+        None,
+        description="Cap on the graphical model's size in MB (AIM's model-size filter); "
         "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "
-        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap)."
+        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap).",
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
     balance_sweeps: Annotated[int, Field(ge=0, le=1_000)] = Field(
-        16, description="Passes of the row balancer over the columns (0: off): the sampled rows "
+        16,
+        description="Passes of the row balancer over the columns (0: off): the sampled rows "
         "are rearranged by value swaps within each column so that their workload marginals come "
-        "closer to the model's expected counts (dpql.synth.graphical.balance_rows)."
+        "closer to the model's expected counts (dpql.synth.graphical.balance_rows).",
     )
     pool_rare: bool = Field(
-        True, description="Fit the model to the 1-way answers with each column's rare cells "
+        True,
+        description="Fit the model to the 1-way answers with each column's rare cells "
         "(noisy count below 3 sigma) shrunk towards their mean (empirical Bayes; MST's domain "
-        "compression where noise dwarfs them; dpql.synth.aim.pool_rare)."
+        "compression where noise dwarfs them; dpql.synth.aim.pool_rare).",
     )
 
     @classmethod
@@ -423,7 +512,7 @@ class ExternalSynthesizer(_Model):
     """A table synthesised elsewhere under its own budget; dpql only post-processes it."""
 
     method: Literal["external"]
-    path: NonEmptyStr = Field(description="The external synthetic table, relative to the spec.")
+    path: PathStr = Field(description="The external synthetic table, relative to the spec.")
     budget: ExternalBudget = Field(
         description="The (epsilon, delta) the external table was made with, and its relation."
     )
@@ -447,14 +536,14 @@ class PostprocessSpec(_Model):
 
 
 class OutputSpec(_Model):
-    path: NonEmptyStr = Field(description="Synthetic table, relative to the spec file.")
-    provenance: NonEmptyStr = Field(description="Provenance record (JSON).")
-    ledger: NonEmptyStr | None = Field(
+    path: PathStr = Field(description="Synthetic table, relative to the spec file.")
+    provenance: PathStr = Field(description="Provenance record (JSON).")
+    ledger: PathStr | None = Field(
         None,
         description="Lifetime release ledger (JSONL): one line per release (its budget, spend "
         "and RDP curve), composed by dpql check --policy.",
     )
-    curator: NonEmptyStr | None = Field(
+    curator: PathStr | None = Field(
         None,
         description="CURATOR-ONLY file (true row count, clip counts, keyed HMAC of the data "
         "file, timings), relative to the spec file; never publish it. Default: "
@@ -474,7 +563,10 @@ class ReleaseSpec(_Model):
     data: DataSpec
     columns: dict[str, ColumnSpec] = Field(alias="schema", min_length=1, max_length=MAX_COLUMNS)
     missing: Literal["error", "drop", "keep"] = Field(
-        "error", description="Default missing-value rule of every column."
+        "keep",
+        description="Default missing-value rule of every column: keep (with method: gan, whose "
+        "encoding has no null state, drop); 'error' is refused: use dpql validate for the strict "
+        "look at the data.",
     )
     privacy: PrivacySpec
     workload: list[DslStr] = Field(
@@ -488,6 +580,16 @@ class ReleaseSpec(_Model):
     synthesizer: SynthesizerSpec
     postprocess: PostprocessSpec | None = None
     output: OutputSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_missing(cls, v: Any) -> Any:
+        # the gan synthesizer's encoding has no null state: its default rule is drop
+        if isinstance(v, dict) and "missing" not in v:
+            synth = v.get("synthesizer")
+            if isinstance(synth, dict) and synth.get("method") == "gan":
+                return {**v, "missing": "drop"}
+        return v
 
     @field_validator("requirements", mode="before")
     @classmethod
@@ -508,7 +610,28 @@ class Lifetime(_Model):
         description="Total delta over all releases of the source (the deltas add); unset: "
         "the summed delta is reported but not capped.",
     )
-    ledger: NonEmptyStr = Field(description="Release ledger (JSONL), relative to the policy.")
+    ledger: PathStr = Field(description="Release ledger (JSONL), relative to the policy.")
+    composition: Literal["basic", "rdp"] = Field(
+        "basic",
+        description="How releases add up against the cap: `basic` (default), epsilons and deltas "
+        "add, the reading every custodian shares; `rdp`, also the tighter composition of the "
+        "releases' RDP curves, enforced when it gives the smaller epsilon.",
+    )
+
+
+class ProjectFile(_Model):
+    """A project file (``dpql.yaml``): the policy and the lifetime ledger of every spec in its
+    folder and below, paths relative to the project file (docs/privacy.md, "The lifetime
+    ledger")."""
+
+    model_config = ConfigDict(title="dpql project file")
+
+    policy: NonEmptyStr | None = Field(None, description="Privacy policy, relative to this file.")
+    ledger: NonEmptyStr | None = Field(
+        None,
+        description="Lifetime release ledger (JSONL), relative to this file; with a policy that "
+        "names a lifetime.ledger it must be that ledger.",
+    )
 
 
 class PolicyRequire(_Model):
@@ -524,6 +647,11 @@ class Policy(_Model):
     dpql_policy: Literal[1] = Field(alias="dpql-policy", description="Policy format version.")
     max_epsilon: PositiveFloat
     max_delta: Probability
+    max_minutes: Annotated[float, Field(gt=0, le=10**7, allow_inf_nan=False)] | None = Field(
+        None,
+        description="Most minutes dpql compile may be estimated to take (the compile estimate "
+        "of dpql plan); a spec estimated to run longer is refused.",
+    )
     lifetime: Lifetime | None = None
     forbidden_columns: list[NonEmptyStr] = Field(default_factory=list)
     allowed_methods: list[Literal["rap", "gan", "iproj", "external", "aim", "auto"]] = Field(

@@ -15,9 +15,8 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   re-fit of a new clique structure costs seconds of XLA compilation.
 * **Diverse picks.** The picks of one round share no column pair (each selection is among the
   candidates that share none with the round's earlier picks), so a round's single re-fit learns
-  as much as several one-marginal rounds would: on ``benchmarks/suite``'s COMPAS table at
-  epsilon 1, 3 rounds of 5 diverse picks gave 0.092 mean 3-way TVD against 0.104 for a plain
-  top-5 and 0.094 for 6 rounds of a plain top-3.
+  as much as several one-marginal rounds would, at the compile cost of one (the comparison
+  with plain top-k rounds is in ``benchmarks/suite``).
 * **Unweighted scores.** The oracle's selection score is ``||a(D) - model||_1 - penalty`` with
   sensitivity 2/n; the penalty is AIM's expected noise L1 of measuring that marginal in this
   round (``sqrt(2/pi) sigma cells``), so a candidate's score is its expected improvement.
@@ -29,12 +28,12 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
   mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)
   runs in numpy (``dpql.synth.graphical``), since mbi would compile each of those small eager
-  operations anew for every clique structure: that cut the Adult release from 23 to 15 s.
+  operations anew for every clique structure.
 * **Balanced rows.** The rows sampled from the final model are rearranged by value swaps within
   columns until their marginals on the workload (the maximal candidates) are close to the
-  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``):
-  on the suite's 1,000-row table at epsilon 1 that took the mean 3-way TVD from 0.250 to
-  about 0.22, below independent columns' 0.232 (``benchmarks/suite/NOTES.md``).
+  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``),
+  which removes most of the sampling noise an ``n``-row sample adds to those marginals
+  (``benchmarks/suite``).
 
 Only marginal queries of the workload drive the candidates (the downward closure of its
 marginals, 2-way and up; all column pairs when it has none); other queries (thresholds,
@@ -71,8 +70,8 @@ def machine_model_cap(cpus: int | None = None, memory_bytes: int | None = None) 
     of compile's memory limit (``dpql.plan.resources.memory_limit``).
 
     A mirror-descent step's work grows with the model's size and XLA spreads it over the
-    cores: 20 MB keeps the Adult release near 15 s on 2 cores (``benchmarks/suite/NOTES.md``),
-    and from 8 cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
+    cores, so the cap scales with them: a small machine keeps each fit short, and from 8
+    cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
     potentials, marginals and messages, hence the memory share. Public (no data); the cap in
     use is in the plan's and the record's synthesizer options."""
     import os
@@ -93,7 +92,7 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 #: at most this many adaptive rounds by default: each round re-fits the model, and each fit of a
-#: new clique structure costs mbi 1.5-5 s of XLA compilation on 2 cores (benchmarks/suite)
+#: new clique structure costs mbi seconds of XLA compilation on a small machine
 MAX_DEFAULT_ROUNDS = 4
 #: default init share is chosen so that the 1-way release's expected L1 noise per column is at
 #: most this (TVD 0.025), within [INIT_SHARE_MIN, INIT_SHARE_MAX]
@@ -121,6 +120,7 @@ class DefaultSchedule:
     per_round: int
     one_way_l1: float  # expected L1 noise of a column's 1-way marginal at ``init_share``
     pair_l1: float  # expected L1 noise of the median 2-way candidate, one of ``rounds*per_round``
+    affordable: int = 0  # marginals the budget after the 1-way release affords at PAIR_L1_TARGET
 
 
 def expected_l1(sigma: float, cells: int) -> float:
@@ -145,19 +145,17 @@ def default_schedule(
     1. ``init_share``: the share of rho whose 1-way release has expected L1 noise
        :data:`ONE_WAY_L1_TARGET` per column (mean over columns), clipped to
        [:data:`INIT_SHARE_MIN`, :data:`INIT_SHARE_MAX`]: small or low-budget tables spend more on
-       the 1-way marginals every later estimate rests on (on the suite's 1,000-row table at
-       epsilon 1 the fixed 0.2 left 0.22 L1 per column). Where even that leaves budget for
-       only one selected marginal, :data:`INIT_SHARE_ONE_MARGINAL` (bn1k at epsilon 0.3: 0.339
-       mean 3-way TVD against 0.378 at 0.7; fair and compas at epsilon 0.3, which afford 2
-       and 8 marginals at 0.7, were worse at 0.9: 0.191 and 0.198 against 0.162 and 0.174).
+       the 1-way marginals every later estimate rests on, since a fixed small share leaves
+       their noise large where n or the budget is small. Where even that leaves budget for
+       only one selected marginal, :data:`INIT_SHARE_ONE_MARGINAL`: the one marginal adds
+       little, while tables that afford several marginals lose by giving them up.
     2. The number of selected marginals ``m``: one per column, at least 4 and at most
        :data:`MAX_MARGINALS` (16; AIM's T = 16 d spends most rounds re-measuring; capped as in
        ``benchmarks/rap``), or 16 whatever the columns where even 16 leave the median pair's
-       expected noise L1 at most :data:`ABUNDANT_PAIR_L1` (randhie and bn30k at epsilon 3:
-       0.0182 and 0.0315 mean 3-way TVD with 16, against 0.0201 and 0.0325 with 12; fair at
-       epsilon 1, whose pairs are noisier, was not better with 16: 0.110 against 0.107); never
-       more than the candidates, and no more than leaves the median 2-way candidate's expected
-       noise L1 at or below :data:`PAIR_L1_TARGET` (at least 1).
+       expected noise L1 at most :data:`ABUNDANT_PAIR_L1` (where pairs are that cheap, more
+       of them help; where they are noisier, more do not); never more than the candidates,
+       and no more than leaves the median 2-way candidate's expected noise L1 at or below
+       :data:`PAIR_L1_TARGET` (at least 1).
     3. ``rounds = min(m, MAX_DEFAULT_ROUNDS)`` rounds of ``per_round = ceil(m / rounds)``.
     """
     d = len(cards)
@@ -192,7 +190,8 @@ def default_schedule(
     rounds = min(m, MAX_DEFAULT_ROUNDS)
     per_round = math.ceil(m / rounds)
     pair_l1 = expected_l1(1 / (n * math.sqrt(rest / (rounds * per_round))), median)
-    return DefaultSchedule(init_share, rounds, per_round, one_way, pair_l1)
+    affordable = math.floor(rest / rho_needed) if rho_needed > 0 else MAX_MARGINALS
+    return DefaultSchedule(init_share, rounds, per_round, one_way, pair_l1, affordable)
 
 
 def candidates(queries: Sequence[Query], columns: Sequence[str]) -> tuple[tuple[str, ...], ...]:
@@ -219,6 +218,10 @@ class AimSchedule:
     per_round: int = 1  # marginals selected (Gumbel top-k) and measured (one release) per round
     init_share: float = INIT_SHARE_MIN  # the share of rho on the 1-way release
     targets: tuple[tuple[str, ...], ...] = ()  # the row balancer's: the maximal candidates
+    #: picks of the spanning-forest round (round 0 when positive; :func:`spanning_picks`) and
+    #: the pairs it picks among
+    tree: int = 0
+    tree_pairs: tuple[tuple[str, ...], ...] = ()
 
     def init_sigma(self) -> float:
         qs = [Marginal((c,)) for c in self.columns]
@@ -227,8 +230,15 @@ class AimSchedule:
     def k(self) -> int:
         return max(1, min(self.per_round, len(self.candidates)))
 
+    def picks(self, i: int) -> int:
+        """Marginals selected (one at a time) and measured (one release) in round ``i``."""
+        return self.tree if i == 0 and self.tree else self.k()
+
+    def phase(self, i: int) -> str:
+        return "aim.tree" if i == 0 and self.tree else f"aim.round[{i - bool(self.tree)}]"
+
     def round_sigma(self, i: int) -> float:
-        qs = [Marginal(self.columns[:1])] * self.k()
+        qs = [Marginal(self.columns[:1])] * self.picks(i)
         return joint_l2_sensitivity(qs, self.n) / math.sqrt(2 * self.rounds[i][1])
 
 
@@ -245,26 +255,87 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
         cards, [cells(cl) for cl in cands if len(cl) == 2], n, rho, options.select_share,
         options.init_share, len(cands),
     ) if rho > 0 and n > 0 else None  # fmt: skip
+    share = options.init_share if options.init_share is not None else (
+        default.init_share if default else INIT_SHARE_MIN
+    )  # fmt: skip
+    top = tuple(maximal(cands, columns))
+    pairs = tuple(cl for cl in cands if len(cl) == 2)
+    tree = spanning_picks(columns, pairs) if options.tree and rho > 0 and n > 0 else 0
+    # the forest only where the budget affords a pair for each of its edges (public rule)
+    if default is not None and options.rounds is None and tree > default.affordable:
+        tree = 0
     if options.rounds is not None:
         r, k = options.rounds, options.per_round or 1
     else:
         r = default.rounds if default else 1
         k = options.per_round or (default.per_round if default else 1)
-    share = options.init_share if options.init_share is not None else (
-        default.init_share if default else INIT_SHARE_MIN
-    )  # fmt: skip
-    top = tuple(maximal(cands, columns))
+        if tree and default is not None:
+            # the adaptive marginals the budget still affords beside the forest, in one round
+            # fewer (the forest's fit takes the place of the first round's)
+            m = max(1, min(r * k, default.affordable - tree))
+            r = max(1, min(m, MAX_DEFAULT_ROUNDS - 1))
+            k = options.per_round or max(1, round(m / r))
     if not cands or rho <= 0:
         return AimSchedule(tuple(columns), cands, rho, (), n, k, share, top)
+    k_eff = max(1, min(k, len(cands)))
+    tree_pairs: tuple[tuple[str, ...], ...] = ()
+    weights = [options.tree_weight * tree] * bool(tree) + [float(k_eff)] * r
     init = Fraction(share).limit_denominator(10**6)
     sel = Fraction(options.select_share).limit_denominator(10**6)
+    parts = _round_parts(rho, init, sel, weights)
+    if tree:
+        # the pairs the forest may use: those its measurement's noise would not swamp (public:
+        # cells and sigma); the forest then spans what they connect
+        sigma = math.sqrt(tree / parts[1][0][1]) / n
+        tree_pairs = tuple(
+            cl for cl in pairs if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT
+        )
+        fewer = spanning_picks(columns, tree_pairs)
+        if fewer < tree:
+            tree = fewer
+            weights = [options.tree_weight * tree] * bool(tree) + [float(k_eff)] * r
+            parts = _round_parts(rho, init, sel, weights)
+    return AimSchedule(tuple(columns), cands, parts[0], tuple(parts[1]), n, k, share, top,
+                       tree, tree_pairs if tree else ())  # fmt: skip
+
+
+def _round_parts(
+    rho: float, init: Fraction, sel: Fraction, weights: Sequence[float]
+) -> tuple[float, list[tuple[float, float]]]:
+    """rho of the 1-way release, and (selection, measurement) rho of each round: the rest in
+    proportion to ``weights``, each round's ``sel`` share on its selections."""
+    total = sum(Fraction(w).limit_denominator(10**6) for w in weights)
     shares = {"init": init}
-    for i in range(r):
-        shares[f"s{i}"] = (1 - init) * sel / r
-        shares[f"m{i}"] = (1 - init) * (1 - sel) / r
-    parts = split_rho(rho, shares)
-    rounds = tuple((parts[f"s{i}"], parts[f"m{i}"]) for i in range(r))
-    return AimSchedule(tuple(columns), cands, parts["init"], rounds, n, k, share, top)
+    for i, w in enumerate(weights):
+        part = (1 - init) * Fraction(w).limit_denominator(10**6) / total
+        shares[f"s{i}"] = part * sel
+        shares[f"m{i}"] = part * (1 - sel)
+    p = split_rho(rho, shares)
+    return p["init"], [(p[f"s{i}"], p[f"m{i}"]) for i in range(len(weights))]
+
+
+def spanning_picks(columns: Sequence[str], pairs: Sequence[tuple[str, ...]]) -> int:
+    """Edges of a spanning forest of the graph on ``columns`` whose edges are ``pairs``: the
+    number of columns less the number of connected components (public: the workload's
+    pairs)."""
+    return len(columns) - len(_components(columns, pairs))
+
+
+def _components(columns: Sequence[str], pairs: Sequence[tuple[str, ...]]) -> list[set[str]]:
+    parent = {c: c for c in columns}
+
+    def find(c: str) -> str:
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    groups: dict[str, set[str]] = {}
+    for c in columns:
+        groups.setdefault(find(c), set()).add(c)
+    return list(groups.values())
 
 
 #: a cell of a noisy 1-way marginal below this many sigmas is "rare" (MST's domain compression)
@@ -316,11 +387,88 @@ def overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
 def budget_lines(s: AimSchedule) -> list[BudgetLine]:
     lines = [BudgetLine("aim.init", "gaussian", 1, s.rho_init, s.init_sigma(), s.n)]
     for i, (rs, rm) in enumerate(s.rounds):
-        for r in select_parts(rs, s.k()):
-            lines.append(BudgetLine(f"aim.round[{i}]", "gumbel_top_k", 1, r,
+        for r in select_parts(rs, s.picks(i)):
+            lines.append(BudgetLine(s.phase(i), "gumbel_top_k", 1, r,
                                     gumbel_beta(2.0 / s.n, 1, r), s.n))  # fmt: skip
-        lines.append(BudgetLine(f"aim.round[{i}]", "gaussian", 1, rm, s.round_sigma(i), s.n))
+        lines.append(BudgetLine(s.phase(i), "gaussian", 1, rm, s.round_sigma(i), s.n))
     return lines
+
+
+def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
+                 cells: Callable[[tuple[str, ...]], int]) -> list[tuple[str, ...]]:  # fmt: skip
+    """The spanning-forest round's ``s.tree`` picks (MST's tree selection, McKenna et al. 2021
+    sec. 4, as Kruskal's algorithm with an exponential mechanism per edge): each among the
+    planned pairs that join two components of the forest so far, scored by their L1 error
+    against ``model`` (the 1-way model) less their expected noise, as every AIM pick is.
+    ``s.tree`` is the planned pairs' spanning-forest size, so every pick has a pool."""
+    from dpql.synth.graphical import model_marginal
+
+    n = s.n
+    synth = {cl: model_marginal(model, cl) / n for cl in s.tree_pairs}
+    where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
+    cls: list[tuple[str, ...]] = []
+    for j, r in enumerate(select_parts(rs, s.tree)):
+        pool = [cl for cl in s.tree_pairs if where[cl[0]] != where[cl[1]]]
+        chosen = oracle.select(
+            [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r, phase=s.phase(0),
+            label=f"spanning forest, edge {j + 1}/{s.tree}",
+            penalty=[SQRT_2_OVER_PI * sigma * cells(cl) for cl in pool],
+        )  # fmt: skip
+        a, b = pool[chosen[0]]
+        old, new = where[a], where[b]
+        where = {c: new if w == old else w for c, w in where.items()}
+        cls.append((a, b))
+    return cls
+
+
+def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, limit: float,
+                mdom, cells: Callable[[tuple[str, ...]], int]) -> list[tuple[str, ...]]:
+    """An adaptive round's ``s.k()`` picks, one at a time, among the candidates that the
+    round's noise would not swamp and that keep the model within ``limit`` MB."""
+    from mbi import junction_tree
+
+    from dpql.synth.graphical import IndependentModel, model_marginal
+
+    n = s.n
+    if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
+        card = dict(zip(mdom.attributes, mdom.shape, strict=True))
+
+        def model_size(cl: tuple[str, ...]) -> float:
+            return (cells(cl) + sum(card[c] for c in s.columns if c not in cl)) * 8 / 2**20
+    else:
+
+        def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
+            return junction_tree.hypothetical_model_size(mdom, [*now, cl])
+
+    in_model = set()
+    for c in model.cliques:
+        for r in range(2, len(c) + 1):
+            in_model.update(itertools.combinations(c, r))
+    live = [
+        cl
+        for cl in s.candidates
+        if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT
+        and (cl in in_model or model_size(cl) <= limit)
+    ]
+    if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
+        live += [c for c in sorted(s.candidates, key=cells) if c not in live]
+        live = live[: max(s.k(), len(live))]
+    synth = {cl: model_marginal(model, cl) / n for cl in live}
+    cls: list[tuple[str, ...]] = []
+    # k selections one at a time, each among the candidates that share no column pair with
+    # this round's earlier picks (all unpicked ones if none is left): one release per round
+    # still re-fits once, but its marginals tell different things. A clique already measured
+    # is picked again only where its error beats its noise (the penalty), i.e. where it pays.
+    for j, r in enumerate(select_parts(rs, s.k())):
+        pool = [cl for cl in live if cl not in cls]
+        pool = [cl for cl in pool if not any(overlaps(cl, c) for c in cls)] or pool
+        chosen = oracle.select(
+            [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r,
+            phase=s.phase(i), label=f"{s.phase(i)}, pick {j + 1}/{s.k()}",
+            penalty=[SQRT_2_OVER_PI * sigma * cells(cl) for cl in pool],
+        )  # fmt: skip
+        cls.append(pool[chosen[0]])
+    return cls
 
 
 class AimBackend:
@@ -340,8 +488,7 @@ class AimBackend:
         s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
                      options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
         # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
-        # compilation of each round's new clique structure, about 2 s per fit on 2 cores
-        # (benchmarks/suite/NOTES.md)
+        # compilation of each round's new clique structure
         # the row balancer holds the workload marginals' counts and targets (float32) and the
         # model's marginal of each (float64)
         balance = 16 * sum(dom.cells(cl) for cl in s.targets) if options.balance_sweeps else 0
@@ -349,12 +496,14 @@ class AimBackend:
             {"aim.model": options.max_model_size * 2**20, "aim.balance": balance},
             2.0 * max(1, len(s.rounds))
             + 0.002 * (options.iters * len(s.rounds) + options.final_iters)
-            # the row balancer (dpql.synth.graphical.BALANCE_WORK): about 1.5 s on 2 cores
+            # the row balancer (dpql.synth.graphical.BALANCE_WORK), a fixed amount of work
             + (1.5 if options.balance_sweeps else 0.0),
         )
         opts = options.model_dump()
-        opts["rounds"] = len(s.rounds)
+        opts["rounds"] = len(s.rounds) - bool(s.tree)
         opts["per_round"] = s.k()
+        opts["tree"] = bool(s.tree)
+        opts["tree_edges"] = s.tree
         opts["init_share"] = s.init_share
         return SynthPlan("aim", tuple(budget_lines(s)), (s, options), cost, opts)
 
@@ -362,7 +511,10 @@ class AimBackend:
         return self.plan_with(ctx, ctx.spec.model.synthesizer.options)
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
-        from mbi import Domain, LinearMeasurement, junction_tree
+        from dpql.synth.graphical import import_mbi
+
+        import_mbi()
+        from mbi import Domain, LinearMeasurement
 
         from dpql.domain import NULL_SCALED, EncodedTable, NumericColumn
         from dpql.synth.graphical import (
@@ -371,8 +523,11 @@ class AimBackend:
             model_marginal,
             quick_start_mirror_descent,
             sample_rows,
+            tree_model,
         )
+        from dpql.synth.jax_cache import enable_compilation_cache
 
+        enable_compilation_cache()
         s, options = plan.config
         oracle = ctx.private.oracle
         n = s.n
@@ -403,52 +558,20 @@ class AimBackend:
             {c: np.clip(y, 0, None) for c, y in zip(s.columns, fitted, strict=True)}, n
         )
         picked: list[tuple[str, ...]] = []
+        tree: list[tuple[str, ...]] = []
         spent = s.rho_init
         total = s.rho_init + sum(a + b for a, b in s.rounds)
         for i, (rs, rm) in enumerate(s.rounds):
             spent += rs + rm
             sigma = s.round_sigma(i)
             limit = options.max_model_size * spent / total
-            if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
-
-                def model_size(cl: tuple[str, ...]) -> float:
-                    cells = dom.cells(cl) + sum(dom.card(c) for c in s.columns if c not in cl)
-                    return cells * 8 / 2**20
+            if i == 0 and s.tree:
+                cls = _pick_forest(oracle, s, model, rs, sigma, dom.cells)
+                tree = list(cls)
             else:
-
-                def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
-                    return junction_tree.hypothetical_model_size(mdom, [*now, cl])
-
-            in_model = set()
-            for c in model.cliques:
-                for r in range(2, len(c) + 1):
-                    in_model.update(itertools.combinations(c, r))
-            live = [
-                cl
-                for cl in s.candidates
-                if SQRT_2_OVER_PI * sigma * dom.cells(cl) < NOISE_L1_LIMIT
-                and (cl in in_model or model_size(cl) <= limit)
-            ]
-            if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
-                live += [c for c in sorted(s.candidates, key=dom.cells) if c not in live]
-                live = live[: max(s.k(), len(live))]
-            synth = {cl: model_marginal(model, cl) / n for cl in live}
-            cls: list[tuple[str, ...]] = []
-            # k selections one at a time, each among the candidates that share no column pair
-            # with this round's earlier picks (all unpicked ones if none is left): one release
-            # per round still re-fits once, but its marginals tell different things
-            for j, r in enumerate(select_parts(rs, s.k())):
-                pool = [cl for cl in live if cl not in cls]
-                pool = [cl for cl in pool if not any(overlaps(cl, c) for c in cls)] or pool
-                chosen = oracle.select(
-                    [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r,
-                    phase=f"aim.round[{i}]",
-                    label=f"round {i + 1}/{len(s.rounds)}, pick {j + 1}/{s.k()}",
-                    penalty=[SQRT_2_OVER_PI * sigma * dom.cells(cl) for cl in pool],
-                )  # fmt: skip
-                cls.append(pool[chosen[0]])
-            ys = oracle.measure([Marginal(cl) for cl in cls], rm, phase=f"aim.round[{i}]",
-                                label=f"round {i + 1}: {cls}")  # fmt: skip
+                cls = _pick_round(oracle, s, i, model, rs, sigma, limit, mdom, dom.cells)
+            ys = oracle.measure([Marginal(cl) for cl in cls], rm, phase=s.phase(i),
+                                label=f"{s.phase(i)}: {cls}")  # fmt: skip
             for cl, y in zip(cls, ys, strict=True):
                 meas.append(LinearMeasurement(np.asarray(y, dtype=np.float64) * n, cl,
                                               stddev=sigma * n))  # fmt: skip
@@ -456,7 +579,13 @@ class AimBackend:
                 picked.append(cl)
             last = i == len(s.rounds) - 1
             iters = options.final_iters if last and options.final_iters else options.iters
-            model = estimate(meas, iters, model if i else None)
+            if i == 0 and s.tree and not last:
+                # the forest's model in closed form (a Bayesian network over it): no mirror
+                # descent and no compile for a structure the next round's fit replaces
+                pairs = {cl: np.asarray(y, dtype=np.float64) for cl, y in zip(cls, ys, strict=True)}
+                model = tree_model(mdom, dict(zip(s.columns, fitted, strict=True)), pairs, n)
+            else:
+                model = estimate(meas, iters, model if i else None)
             if ctx.progress:
                 ctx.progress("aim", i + 1, len(s.rounds))
         if not s.rounds:
@@ -485,6 +614,8 @@ class AimBackend:
         info = {
             "options": dict(plan.options),
             "selected": [list(c) for c in picked],
+            "spanning_forest": [list(c) for c in tree],
+            "picks_per_round": [s.picks(i) for i in range(len(s.rounds))],
             "model_cliques": [list(c) for c in model.cliques],
         }
         return SynthResult(table, info, tuple(measured))

@@ -2,7 +2,7 @@
 
 The choice reads the spec's public row count, domain sizes, resolved workload and budget, never
 data, so it is part of the plan (``dpql plan`` prints it; ``dpql verify`` re-plans to the same
-choice). The rules, in order (tuned on ``benchmarks/suite``, issue 19):
+choice). The rules, in order (the evidence is the benchmark suite, ``benchmarks/suite``):
 
 1. The workload has threshold queries (``range``, ``halfspaces``): **rap**. Only RAP++ fits them;
    the graphical model would leave them to post-processing.
@@ -12,7 +12,7 @@ choice). The rules, in order (tuned on ``benchmarks/suite``, issue 19):
 
 The chosen backend's plan (budget lines, cost, config) is this plan; ``run`` delegates to it.
 
-Considered and not done: starting RAP++ from a graphical model's estimate (issue 19). Where both
+Not done: starting RAP++ from a graphical model's estimate. Where both
 could run (marginal workloads) AIM alone won on every suite table and epsilon, so there is
 nothing for RAP++ to add; where RAP++ must run (threshold workloads), a graphical model's
 marginals would have to be measured out of RAP++'s own budget, and its first round already
@@ -62,8 +62,10 @@ class AutoBackend:
             o = inner.options
             reason += (
                 f"; its schedule (dpql.synth.aim.default_schedule): {o['init_share']:.0%} of the "
-                f"budget on the 1-way marginals, then {o['rounds']} round(s) of {o['per_round']} "
-                f"marginal(s); model size at most {o['max_model_size']:g} MB (from this machine: "
+                f"budget on the 1-way marginals, "
+                + (f"then a spanning forest of {o['tree_edges']} pair(s), " if o["tree"] else "")
+                + f"then {o['rounds']} round(s) of {o['per_round']} marginal(s); model size "
+                f"at most {o['max_model_size']:g} MB (from this machine: "
                 "dpql.synth.aim.machine_model_cap); the sampled rows balanced towards the model's "
                 f"workload marginals ({o['balance_sweeps']} passes)"
             )

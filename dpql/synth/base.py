@@ -56,6 +56,7 @@ class SynthCost:
     parts: Mapping[str, float] = field(default_factory=dict)  # peak bytes per named part
     seconds: float = 0.0
     extra_queries: tuple[Query, ...] = ()  # queries answered besides the workload
+    sampling: float = 0.0  # peak bytes while the backend draws its output rows (after the fit)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Graphical models of ``mbi`` 2.x, used by the ``aim`` backend without mbi's eager JAX work.
 
-On the 2-core machine, most of an AIM release's time went to XLA compiling small programs, not
-to computing (``benchmarks/suite/NOTES.md``: 374 programs, 15 of 27 s on Adult). mbi compiles
+On a small machine most of an AIM release's time goes to XLA compiling small programs, not to
+computing (the measurements are in ``benchmarks/suite``). mbi compiles
 one fused program per clique structure for its mirror-descent steps (unavoidable, and the work
 that matters) but also, eagerly and per new array shape, every operation of its initial state,
 warm-start expansion, model projections and row sampling. Those are tiny computations; here
@@ -30,9 +30,29 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
+
+#: What ``import mbi`` warns about JAX's configuration (float32, the persistent compilation
+#: cache): advice for mbi's own experiment sweeps, about settings dpql chooses on purpose.
+_MBI_IMPORT_WARNINGS = (
+    r"JAX is running in float32 mode",
+    r"JAX persistent compilation cache is enabled",
+)
+
+
+def import_mbi() -> ModuleType:
+    """``mbi``, imported without its two configuration warnings (every other warning, and
+    every warning outside this import, is left as it is). Call it before any ``from mbi
+    import``: the module's warnings are issued once, on its first import."""
+    with warnings.catch_warnings():
+        for message in _MBI_IMPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message, UserWarning, r"mbi(\.|$)")
+        import mbi
+    return mbi
 
 
 class IndependentModel:
@@ -52,6 +72,68 @@ class IndependentModel:
         return out * self.n
 
 
+def tree_model(domain, one_way: dict[str, np.ndarray], pairs: dict[tuple[str, str], np.ndarray],
+               n: int):
+    """The model of a spanning forest's measurements without mirror descent (no XLA compile):
+    a Bayesian network over the forest, each component rooted at its first column, the root's
+    distribution its clipped, normalised noisy 1-way marginal and each other column's its
+    conditional given its parent from the clipped noisy pair marginal (where a parent value's
+    row is empty, the column's 1-way marginal). An mbi ``MarkovRandomField`` whose log-potentials
+    live on the pairs (and on the columns no pair touches), so it serves selection, warm starts
+    and sampling like a fitted model. Post-processing of the noisy answers only."""
+    import jax.numpy as jnp
+    from mbi import CliqueVector, Factor
+    from mbi.markov_random_field import MarkovRandomField
+
+    def dist(v: np.ndarray) -> np.ndarray:
+        v = np.clip(np.asarray(v, dtype=np.float64), 0, None)
+        return v / v.sum() if v.sum() > 0 else np.full(v.size, 1.0 / v.size)
+
+    card = dict(zip(domain.attributes, domain.shape, strict=True))
+    nbrs: dict[str, list[tuple[str, str]]] = {c: [] for c in domain.attributes}
+    for a, b in pairs:
+        nbrs[a].append((a, b))
+        nbrs[b].append((a, b))
+    tables: dict[tuple[str, ...], np.ndarray] = {}
+    seen: set[str] = set()
+    for root in domain.attributes:
+        if root in seen:
+            continue
+        seen.add(root)
+        log_root = np.log(np.maximum(dist(one_way[root]), 1e-300))
+        if not nbrs[root]:
+            tables[(root,)] = log_root
+            continue
+        stack, first = [root], True
+        while stack:
+            parent = stack.pop()
+            for pair in nbrs[parent]:
+                child = pair[1] if pair[0] == parent else pair[0]
+                if child in seen:
+                    continue
+                seen.add(child)
+                stack.append(child)
+                joint = np.clip(np.asarray(pairs[pair], dtype=np.float64), 0, None)
+                joint = joint.reshape(card[pair[0]], card[pair[1]])
+                flip = pair[0] != parent
+                if flip:
+                    joint = joint.T  # rows: the parent's values
+                rows = joint.sum(axis=1, keepdims=True)
+                cond = np.where(rows > 0, joint / np.where(rows > 0, rows, 1.0),
+                                dist(one_way[child])[None, :])  # fmt: skip
+                logp = np.log(np.maximum(cond, 1e-300))
+                if first:  # the root's distribution rides on its first edge
+                    logp = logp + log_root[:, None]
+                    first = False
+                tables[pair] = logp.T if flip else logp  # in the pair's own column order
+    dtype = jnp.result_type(float)
+    cliques = list(tables)
+    factors = {cl: Factor(domain.project(cl), jnp.asarray(v, dtype=dtype))
+               for cl, v in tables.items()}  # fmt: skip
+    potentials = CliqueVector(domain, cliques, factors)
+    return MarkovRandomField(potentials=potentials, marginals=None, total=float(n))
+
+
 def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     """The model's marginal on ``cl`` in counts (row-major over ``cl``, like
     ``Factor.datavector``): variable elimination over the exponentiated potentials in numpy, in
@@ -62,6 +144,7 @@ def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     path falls back to a single loop over the product of every domain, minutes on Adult.)"""
     if isinstance(model, IndependentModel):
         return model.marginal(cl)
+    import_mbi()
     from mbi import junction_tree
 
     pot = model.potentials
@@ -114,6 +197,8 @@ def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
     smallest new clique containing it; zeros without ``warm``): the same distribution, as
     mbi's ``CliqueVector.expand``, in numpy."""
     import jax.numpy as jnp
+
+    import_mbi()
     from mbi import CliqueVector, Factor
     from mbi.clique_utils import reverse_clique_mapping
 
@@ -140,6 +225,8 @@ def _quick_start_class() -> type:
     """Defined lazily: ``plan`` imports neither mbi nor JAX."""
     import jax
     import jax.numpy as jnp
+
+    import_mbi()
     from mbi.estimation import MirrorDescent, MirrorDescentState
     from mbi.markov_random_field import MarkovRandomField
 
@@ -174,6 +261,7 @@ def sample_rows(model, rows: int, rng: np.random.Generator) -> dict[str, np.ndar
     """``rows`` records from ``model`` as codes per attribute: mbi's ``synthetic_data`` with
     randomized rounding (module doc). Each column's conditional comes from the model marginal
     of the column and its drawn neighbours in the junction tree."""
+    import_mbi()
     from mbi import junction_tree
 
     if isinstance(model, IndependentModel):
@@ -253,7 +341,8 @@ def marginal_l1(data: dict[str, np.ndarray], targets: Sequence[tuple[tuple[str, 
 
 
 #: the default work of :func:`balance_rows`: swap proposals times the targets a column is in
-#: (1.5 million proposals on 11 columns' 3-way marginals, about 1-2 s on 2 cores)
+#: (enough proposals for the 3-way marginals of a dozen columns, bounded so that balancing
+#: stays a small part of a release)
 BALANCE_WORK = 70_000_000
 #: row pairs judged at once (one scan step)
 BALANCE_BATCH = 64
@@ -273,9 +362,9 @@ def balance_rows(
     as value swaps can make them.
 
     An ``n``-row sample carries sampling noise in every marginal the sampler does not round
-    (:func:`sample_rows` rounds only the junction tree's cliques). On the suite's 1,000-row
-    table the model's *expected* 3-way marginals score about 0.04 less mean TVD against the
-    real table than an ``n``-row sample of them (``benchmarks/suite/NOTES.md``).
+    (:func:`sample_rows` rounds only the junction tree's cliques), which on small tables moves
+    the sample's 3-way marginals measurably further from the real table than the model's
+    *expected* marginals (``benchmarks/suite``).
 
     Greedy local search on :func:`marginal_l1`: a proposal swaps one column's values between
     two rows, which keeps that column's counts (and every marginal without it) exactly, and is

@@ -1,6 +1,6 @@
 """Relaxed (differentiable) evaluation of the query IR on a relaxed synthetic table, in JAX.
 
-The relaxed domain (RAP++, `rap_pp.md` §2, Definition 10) represents each synthetic row as a
+The relaxed domain (Vietri et al. 2022, §3, Definition 10) represents each synthetic row as a
 product distribution over the columns' public encodings:
 
 * a categorical column is a probability vector over its values (softmax of free logits);

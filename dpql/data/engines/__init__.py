@@ -82,11 +82,14 @@ def open_engine(
     other: Mapping[str, str] | None = None,
     memory_limit: str = "1GB",
     threads: int | None = None,
+    max_rows: int | None = None,
 ) -> MeasurementEngine:
     """Open the private table with the named engine (``auto``: by file size, see module doc).
 
-    ``memory_limit`` bounds DuckDB; ``threads`` bounds DuckDB and a local Spark session.
-    Raises :class:`DiagnosticError` (E401-E410) for files that cannot be read or encoded.
+    ``memory_limit`` bounds DuckDB; ``threads`` bounds DuckDB and a local Spark session;
+    ``max_rows`` (the public ``data.rows``) bounds the rows read (E411 beyond). Every engine
+    reads every cell and record as :mod:`dpql.codec` and :mod:`dpql.data.load` say: it raises
+    :class:`DiagnosticError` (E401-E411) only for the file, never for one record.
     """
     path = Path(path)
     check_readable(path)
@@ -95,7 +98,9 @@ def open_engine(
         limit = AUTO_THRESHOLD_BYTES[data_format(path, fmt)]
         engine = "memory" if path.stat().st_size < limit else "duckdb"
     if engine == "memory":
-        return InMemoryEngine.from_file(path, domain, fmt=fmt, missing=missing, other=other)
+        return InMemoryEngine.from_file(
+            path, domain, fmt=fmt, missing=missing, other=other, max_rows=max_rows
+        )
     if engine == "duckdb":
         return DuckDBEngine(
             path,
@@ -105,5 +110,8 @@ def open_engine(
             other=other,
             memory_limit=memory_limit,
             threads=threads,
+            max_rows=max_rows,
         )
-    return SparkEngine(path, domain, fmt=fmt, missing=missing, other=other, threads=threads)
+    return SparkEngine(
+        path, domain, fmt=fmt, missing=missing, other=other, threads=threads, max_rows=max_rows
+    )

@@ -5,14 +5,11 @@ engine's own failure message (see :mod:`dpql.data.engines`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from dpql.codec import CuratorLog
-from dpql.data.load import DataFormat, ragged_row_error
-from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.ir import Query
 
@@ -50,11 +47,6 @@ def _arrow_table(batch: Any, domain: Domain) -> EncodedTable:
             u = batch.column(names.index(f"u{i}"))
             scaled[col.name] = np.asarray(u, dtype=np.float64)
     return EncodedTable(domain, codes, scaled)
-
-
-def _ragged(path: Path, fmt: DataFormat) -> DiagnosticError | None:
-    """Where a CSV the engine could not parse goes wrong (its messages carry no line)."""
-    return ragged_row_error(path) if fmt == "csv" else None
 
 
 def _engine_message(engine: str, text: str) -> str:

@@ -15,9 +15,17 @@ import numpy as np
 
 from dpql.codec import MissingPolicy
 from dpql.data import sql
-from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message, _ragged
+from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message
 from dpql.data.engines.sql_engine import _SQLEngine
-from dpql.data.load import SHOW_MESSAGE, DataFormat, check_readable, csv_header, data_format, error
+from dpql.data.load import (
+    MAX_LINE_BYTES,
+    SHOW_MESSAGE,
+    DataFormat,
+    check_readable,
+    csv_header,
+    data_format,
+    error,
+)
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.ir import Marginal
@@ -42,12 +50,14 @@ class DuckDBEngine(_SQLEngine):
         other: Mapping[str, str] | None = None,
         memory_limit: str = "1GB",
         threads: int | None = None,
+        max_rows: int | None = None,
     ):
         import duckdb
 
         path = Path(path)
         fmt = data_format(path, fmt)
         check_readable(path)
+        self._path, self._csv = path, False
         self._threads = threads or os.cpu_count() or 1
         self._dir = tempfile.mkdtemp(prefix="dpql-duckdb-")  # 0700: it holds private codes
         # removed at close(), or when the engine is garbage-collected without one
@@ -63,10 +73,15 @@ class DuckDBEngine(_SQLEngine):
                 scan = f"read_parquet({sql.DUCKDB.string(str(path))})"
             else:  # the header is read here: DuckDB's sniffer may skip leading rows silently
                 columns = ", ".join(f"{sql.DUCKDB.string(c)}: 'VARCHAR'" for c in csv_header(path))
+                # malformed records (field count, encoding) are left out and recorded in
+                # ``reject_errors``; :meth:`_rejected_rows` adds them back as empty rows
                 scan = (
                     f"read_csv({sql.DUCKDB.string(str(path))}, header = true, auto_detect = false, "
-                    f"columns = {{{columns}}}, delim = ',', quote = '\"', escape = '\"')"
+                    f"columns = {{{columns}}}, delim = ',', quote = '\"', escape = '\"', "
+                    f"ignore_errors = true, store_rejects = true, "
+                    f"max_line_size = {MAX_LINE_BYTES})"
                 )
+            self._csv = fmt == "csv"
             self._guard(
                 path,
                 fmt,
@@ -77,7 +92,9 @@ class DuckDBEngine(_SQLEngine):
             self._guard(
                 path,
                 fmt,
-                lambda: self._encode(path, domain, fmt, dict(missing or {}), dict(other or {})),
+                lambda: self._encode(
+                    path, domain, fmt, dict(missing or {}), dict(other or {}), max_rows
+                ),
             )
         except BaseException:
             self.close()
@@ -92,7 +109,7 @@ class DuckDBEngine(_SQLEngine):
             raise
         except (duckdb.InvalidInputException, duckdb.IOException, duckdb.ConversionException) as e:
             # DuckDB's message may quote a line or cell of the file: curator-only ``values``
-            raise _ragged(path, fmt) or error(
+            raise error(
                 "E409",
                 f"cannot read '{path}' (DuckDB: {type(e).__name__})",
                 path,
@@ -108,6 +125,30 @@ class DuckDBEngine(_SQLEngine):
                 + SHOW_MESSAGE,
                 _engine_message("DuckDB", str(e)),
             ) from None
+
+    def _count_upto(self, limit: int) -> int:
+        count = super()._count_upto(limit)
+        self._clear_rejects()  # only the cube's scan counts
+        return count
+
+    def _clear_rejects(self) -> None:
+        if self._csv:
+            self._con.execute("DELETE FROM reject_errors")
+
+    def _rejected_rows(self) -> int:
+        """Records the CSV reader rejected in the cube's scan: one per line it names. A line
+        over :data:`MAX_LINE_BYTES` refuses the file, as the in-memory reader does."""
+        if not self._csv:
+            return 0
+        kinds = self._fetch("SELECT DISTINCT CAST(error_type AS VARCHAR) FROM reject_errors")
+        if any("LINE SIZE" in str(k[0]).upper() for k in kinds):
+            raise error(
+                "E409",
+                f"a line of '{self._path}' is longer than {MAX_LINE_BYTES >> 20} MiB",
+                self._path,
+                "a data file holds one record per line; check that it is CSV with line breaks",
+            )
+        return int(self._fetch("SELECT COUNT(DISTINCT line) FROM reject_errors")[0][0])
 
     def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
         return self._con.execute(statement).fetchall()
@@ -141,10 +182,6 @@ class DuckDBEngine(_SQLEngine):
         """One more scan of the source (``coded``), streamed in Arrow batches."""
         for batch in self._con.sql(sql.encoded_sql(self._domain)).to_arrow_reader(rows):
             yield _arrow_table(batch, self._domain)
-
-    def _single_threaded(self) -> Callable[[], None]:
-        self._con.execute("SET threads = 1")
-        return lambda: self._con.execute(f"SET threads = {int(self._threads)}")
 
     def close(self) -> None:
         con = getattr(self, "_con", None)

@@ -33,8 +33,9 @@ class InMemoryEngine:
         fmt: DataFormat | None = None,
         missing: Mapping[str, MissingPolicy] | None = None,
         other: Mapping[str, str] | None = None,
+        max_rows: int | None = None,
     ) -> InMemoryEngine:
-        result = load_table(path, domain, fmt=fmt, missing=missing, other=other)
+        result = load_table(path, domain, fmt=fmt, missing=missing, other=other, max_rows=max_rows)
         return cls(result.table, result.curator_log)
 
     @property

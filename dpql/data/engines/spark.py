@@ -19,13 +19,22 @@ import numpy as np
 
 from dpql.codec import MissingPolicy
 from dpql.data import sql
-from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message, _ragged
+from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message
 from dpql.data.engines.sql_engine import _SQLEngine
-from dpql.data.load import SHOW_MESSAGE, DataFormat, check_readable, csv_header, data_format, error
+from dpql.data.load import (
+    MAX_LINE_BYTES,
+    SHOW_MESSAGE,
+    DataFormat,
+    check_readable,
+    csv_header,
+    data_format,
+    error,
+)
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.ir import Marginal
 
+CORRUPT = "_dpql_malformed_record"  # the reader's column for a malformed record's text
 HUGE_METHODS = "-XX:-DontCompileHugeMethods"  # JIT-compile Spark's large generated methods
 PANDAS_WARNING = "PySpark does not yet fully support"  # pyspark 4.x has not been tested on pandas 3
 SPARK_LOG4J = """\
@@ -124,6 +133,7 @@ class SparkEngine(_SQLEngine):
         session: Any = None,
         threads: int | None = None,
         driver_memory: str = "1g",
+        max_rows: int | None = None,
     ):
         path = Path(path)
         fmt = data_format(path, fmt)
@@ -155,7 +165,9 @@ class SparkEngine(_SQLEngine):
             self._guard(
                 path,
                 fmt,
-                lambda: self._encode(path, domain, fmt, dict(missing or {}), dict(other or {})),
+                lambda: self._encode(
+                    path, domain, fmt, dict(missing or {}), dict(other or {}), max_rows
+                ),
             )
         except BaseException:
             self.close()
@@ -163,13 +175,19 @@ class SparkEngine(_SQLEngine):
 
     def _open(self, path: Path, fmt: DataFormat) -> None:
         reader = self._spark.read
+        self._flag: str | None = None
         if fmt == "parquet":
             frame = reader.parquet(str(path))
         else:
             from pyspark.sql.types import StringType, StructField, StructType
 
             header = csv_header(path)
-            schema = StructType([StructField(name, StringType()) for name in header])
+            # malformed records (wrong field count) keep their text in a column of their own
+            self._flag = CORRUPT
+            while self._flag in header:
+                self._flag += "_"
+            fields = [*header, self._flag]
+            schema = StructType([StructField(name, StringType()) for name in fields])
             frame = reader.csv(
                 str(path),
                 schema=schema,
@@ -179,7 +197,9 @@ class SparkEngine(_SQLEngine):
                 quote='"',
                 escape='"',
                 encoding="UTF-8",
-                mode="FAILFAST",
+                mode="PERMISSIVE",
+                columnNameOfCorruptRecord=self._flag,
+                maxCharsPerColumn=MAX_LINE_BYTES,
             )
         frame.createOrReplaceTempView("source")
         self._frame = frame
@@ -198,7 +218,7 @@ class SparkEngine(_SQLEngine):
             text = _spark_message(e)
             kind = _spark_kind(e, text)
             if any(k in text for k in ("MALFORMED", "FAILED_READ_FILE", "PATH_NOT_FOUND")):
-                raise _ragged(path, fmt) or error(
+                raise error(
                     "E409",
                     f"cannot read '{path}' (Spark: {kind})",
                     path,
@@ -213,11 +233,18 @@ class SparkEngine(_SQLEngine):
                 _engine_message("Spark", text),
             ) from None
 
+    def _malformed(self) -> str | None:
+        if self._flag is None:
+            return None
+        names = [f.name for f in self._frame.schema.fields if f.name != self._flag]
+        return sql.malformed_sql(names, self.dialect, self._flag)
+
     def _fetch(self, statement: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self._spark.sql(statement).collect()]
 
     def _columns(self) -> list[tuple[str, str]]:
-        return [(f.name, f.dataType.simpleString()) for f in self._frame.schema.fields]
+        fields = self._frame.schema.fields
+        return [(f.name, f.dataType.simpleString()) for f in fields if f.name != self._flag]
 
     def _stream_marginals(
         self, marginals: Sequence[tuple[int, Marginal]], out: list[np.ndarray]

@@ -4,26 +4,24 @@ answers read back into numpy (see :mod:`dpql.data.engines`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from dpql.codec import (
     WHITESPACE,
-    ColumnIssues,
     CuratorLog,
     MissingPolicy,
     check_policies,
-    column_diagnostics,
     column_set_diagnostics,
     raise_if_any,
+    storage_diagnostic,
 )
 from dpql.data import sql
 from dpql.data.engines.base import STREAM_ROWS
-from dpql.data.load import DataFormat, error, file_sha256
+from dpql.data.load import DataFormat, check_line_lengths, error, file_sha256, too_many_rows
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.ir import Marginal, Query
 
@@ -45,12 +43,17 @@ class _SQLEngine:
         """``(name, type)`` of the columns of ``source``."""
         raise NotImplementedError
 
-    def _single_threaded(self) -> Callable[[], None]:
-        """Make row numbering follow file order; returns the function that undoes it."""
-        return lambda: None
-
     def encoded_batches(self, rows: int = STREAM_ROWS) -> Iterator[EncodedTable]:
         raise NotImplementedError
+
+    def _malformed(self) -> str | None:
+        """An SQL condition over ``source`` for rows the reader flags as malformed."""
+        return None
+
+    def _rejected_rows(self) -> int:
+        """How many records the reader left out as malformed in the scan just run (each is
+        added back as a row of empty cells)."""
+        return 0
 
     def _encode(
         self,
@@ -59,53 +62,59 @@ class _SQLEngine:
         fmt: DataFormat,
         missing: Mapping[str, MissingPolicy],
         other: Mapping[str, str],
+        max_rows: int | None,
     ) -> None:
-        """Build the cube in one scan of ``source``, validate as the codec does from its counts
-        (E403-E408, the same diagnostics), and set the curator log."""
+        """Build the cube in one scan of ``source`` and set the curator log from its counts.
+        Total over cells and records, as the codec: only the spec's rules and the file's schema
+        (E404, E406, E408) or its size (E403, E411) can refuse (:mod:`dpql.data.load`)."""
         self._domain = domain
         check_policies(domain, missing, other)
         raw = {name.strip(WHITESPACE): (name, sql.storage_of(t)) for name, t in self._columns()}
         diagnostics, extra = column_set_diagnostics(list(raw), domain, str(path))
         raise_if_any(diagnostics)
-        line_offset = 1 if fmt == "csv" else None
-        for col in domain:
-            if raw[col.name][1] == "other" or (
-                raw[col.name][1] == "float" and col.kind == "categorical"
-            ):
-                issue = ColumnIssues(col.name, stored_as=self._type_of(raw[col.name][0]))
-                diagnostics += column_diagnostics(issue, domain, "error", False, str(path), None)
-        raise_if_any(diagnostics)
+        raise_if_any(
+            [
+                storage_diagnostic(col, self._type_of(raw[col.name][0]), str(path))
+                for col in domain
+                if raw[col.name][1] == "other"
+                or (raw[col.name][1] == "float" and col.kind == "categorical")
+            ]
+        )
+        if max_rows is not None and self._count_upto(max_rows + 1) > max_rows:
+            raise too_many_rows(path, max_rows)  # checked before the scan: a bomb stops here
+        if fmt == "csv":
+            check_line_lengths(path)
 
-        views = {
-            "parsed": sql.parsed_sql(domain, raw, self.dialect, "source"),
-            "staged": sql.staged_sql(domain),
-            "coded": sql.coded_sql(domain, missing, other),
-        }
-        for name, select in views.items():
-            self._run(f"CREATE OR REPLACE TEMPORARY VIEW {name} AS {select}")
-        self._run(self.dialect.materialise("cube", sql.cube_sql(domain)))
+        malformed = self._malformed()
+        if malformed is None and fmt == "csv":
+            malformed = sql.malformed_sql([name for name, _ in raw.values()], self.dialect)
+        self._views("", raw, "source", missing, other, malformed)
+        self._run(self.dialect.materialise("cube", sql.cube_sql(domain, "coded_file")))
+        rejected = self._rejected_rows()
+        coded = "SELECT * FROM coded_file"
+        if rejected:  # the reader's malformed records, back as rows of empty cells
+            nulls = ", ".join(
+                f"CAST(NULL AS {self.dialect.text_type}) AS {self.dialect.ident(name)}"
+                for name, _ in raw.values()
+            )
+            self._run(
+                f"CREATE OR REPLACE TEMPORARY VIEW source_bad AS "
+                f"SELECT {nulls} FROM range({int(rejected)})"
+            )
+            self._views("_bad", raw, "source_bad", missing, other, None)
+            self._run(f"INSERT INTO cube {sql.cube_sql(domain, 'coded_file_bad')}")
+            coded += " UNION ALL SELECT * FROM coded_file_bad"
+        self._run(f"CREATE OR REPLACE TEMPORARY VIEW coded AS {coded}")
         stats = [int(x) for x in self._fetch(sql.stats_sql(domain, self.dialect))[0]]
         rows_read, rows_kept = stats[0], stats[1]
         if rows_read == 0:
             raise error("E403", f"data file '{path}' has no rows", path)
+        if max_rows is not None and rows_read > max_rows:
+            raise too_many_rows(path, max_rows)
         per: dict[str, tuple[int, ...]] = {}
         for i, col in enumerate(domain):
             k = 2 + sql.STATS_PER_COLUMN * i
             per[col.name] = tuple(stats[k : k + sql.STATS_PER_COLUMN])
-            issues = self._issues(i, col.name, per[col.name], missing, other)
-            policy = missing.get(col.name, "error")
-            diagnostics += column_diagnostics(
-                issues, domain, policy, col.name in other, str(path), line_offset
-            )
-        raise_if_any(diagnostics)
-        if rows_kept == 0:
-            raise error(
-                "E403",
-                f"no rows of '{path}' are left after dropping missing values",
-                path,
-                "check the columns whose missing-value rule is 'drop'",
-            )
-
         self._log = CuratorLog(
             str(path),
             rows_read,
@@ -116,35 +125,32 @@ class _SQLEngine:
             clipped_high={c: s[3] for c, s in per.items() if s[3]},
             ignored_columns=extra,
             sha256=file_sha256(path),
+            malformed_rows=rejected,  # those flagged in SQL count as empty cells here
         )
 
-    def _issues(
+    def _views(
         self,
-        i: int,
-        name: str,
-        counts: tuple[int, ...],
+        suffix: str,
+        raw: Mapping[str, tuple[str, sql.Storage]],
+        source: str,
         missing: Mapping[str, MissingPolicy],
         other: Mapping[str, str],
-    ) -> ColumnIssues:
-        """The column's issues, with examples fetched only where they will be an error (their
-        values reach only the curator-only ``Diagnostic.values``, see :mod:`dpql.codec`)."""
-        n_missing, n_invalid = counts[0], counts[1]
-        issues = ColumnIssues(name, missing=n_missing, invalid=n_invalid)
-        if n_missing and missing.get(name, "error") == "error":
-            first = self._problem_rows(i, "missing")[0][2]
-            issues = replace(issues, missing_first_row=first)
-        if n_invalid and (self._domain[name].kind == "numeric" or name not in other):
-            rows = self._problem_rows(i, "invalid")
-            examples = tuple((str(v), int(c), int(r)) for v, c, r, _ in rows)
-            issues = replace(issues, invalid_distinct=int(rows[0][3]), examples=examples)
-        return issues
+        malformed: str | None,
+    ) -> None:
+        """``parsed``, ``staged`` and ``coded_file`` (names + ``suffix``) over ``source``."""
+        d, domain = self.dialect, self._domain
+        views = {
+            "parsed": sql.parsed_sql(domain, raw, d, source, malformed),
+            "staged": sql.staged_sql(domain, other, "parsed" + suffix),
+            "coded_file": sql.coded_sql(domain, missing, other, "staged" + suffix),
+        }
+        for name, select in views.items():
+            self._run(f"CREATE OR REPLACE TEMPORARY VIEW {name}{suffix} AS {select}")
 
-    def _problem_rows(self, i: int, kind: Literal["missing", "invalid"]) -> list[tuple[Any, ...]]:
-        undo = self._single_threaded()
-        try:
-            return self._fetch(sql.problem_rows_sql(i, kind, self.dialect))
-        finally:
-            undo()
+    def _count_upto(self, limit: int) -> int:
+        """Rows of ``source``, counted up to ``limit`` (the scan stops there)."""
+        statement = f"SELECT COUNT(*) FROM (SELECT 1 FROM source LIMIT {int(limit)}) AS head"
+        return int(self._fetch(statement)[0][0])
 
     def _type_of(self, raw_name: str) -> str:
         return dict(self._columns())[raw_name]

@@ -1,4 +1,4 @@
-"""DP-auto-GAN synthesizer (Tantipongpipat et al. 2019; digest `papers/dp_auto_gan.md`).
+"""DP-auto-GAN synthesizer (Tantipongpipat et al. 2019).
 
 **Privacy boundary.** This package is the ONLY synthesizer code that touches private rows: its
 DP-SGD loops (:mod:`.dpsgd`, driven by :func:`train_gan`) read the private
@@ -11,7 +11,7 @@ Pipeline use::
     options = GanOptions.from_mapping(spec.synthesizer.options)     # validates, no data
     plan = plan_gan(options, n_public, budget, split)                # calibrates noise, no data
     model = train_gan(private_rows, plan, noise=noise, ledger=ledger, progress=callback,
-                      marginals=noisy)         # optional: DP marginals to fit (issue 16)
+                      marginals=noisy)         # optional: DP marginals to fit
     table = sample(model, rows, seed)                                # post-processing
 
 With ``encoding: bins`` and DP-measured marginals (the backend's ``gan.marginals`` phase) the

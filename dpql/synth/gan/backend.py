@@ -4,7 +4,7 @@
 Privacy boundary: DP-SGD reads private rows, through the data layer's row access
 (``ctx.private.rows()``), and appends one ``dpsgd`` event per phase before it trains.
 
-With a marginal share > 0 (``marginal_share``; default 0.5 with ``encoding: bins``, issue 16)
+With a marginal share > 0 (``marginal_share``; default 0.5 with ``encoding: bins``)
 the plan also reserves that fraction of the synthesizer's rho for one Gaussian release of
 marginals (budget line ``gan.marginals``, measured through ``ctx.private.oracle`` before
 training): every 1-way marginal and, with ``encoding: bins``, the workload's k-way marginals
@@ -122,12 +122,15 @@ class GanBackend:
             spec.domain, options, spec.rows, spec.model.data.engine,
             encoding.width(spec.domain, options.encoding, options.integer_levels),
             sum(spec.domain.cells(q.columns) for q in measured) if options.finetune_steps else 0,
+            spec.model.synthesizer.rows * (options.resample_pool if marginal_lines else 1),
         )  # fmt: skip
         return SynthPlan("gan", lines, gan, cost, options.model_dump(mode="json"))
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from dpql.synth.gan.train import sample, train_gan
+        from dpql.synth.jax_cache import enable_compilation_cache
 
+        enable_compilation_cache()
         gan: GanPlan = plan.config
         marginals = None
         line = next((x for x in plan.lines if x.phase == f"gan.{MARGINAL_PHASE}"), None)

@@ -1,7 +1,7 @@
 """DP-SGD in JAX: Poisson subsampling, per-example clipping, Gaussian noise (Abadi et al. 2016).
 
 One DP-SGD step on parameters ``w`` with Poisson rate ``q``, clip norm ``C`` and noise multiplier
-``z`` computes (DP-auto-GAN, Algorithm 1 with microbatch r = 1; digest `dp_auto_gan.md` §3.1)::
+``z`` computes (Tantipongpipat et al. 2019, §2.1, Algorithm 1 with microbatch r = 1)::
 
     B  = {i : row i drawn with probability q}  (independently; see :func:`poisson_mask`)
     g  = ( sum_{i in B} clip(grad l(w, x_i), C) + N(0, z^2 C^2 I) ) / (q * n_public)

@@ -1,6 +1,7 @@
 """Mixed-type vector encoding of an :class:`EncodedTable`, fixed by the public domain alone.
 
-DP-auto-GAN (digest `dp_auto_gan.md` §1.2) feeds the networks one vector in [0, 1]^n per row:
+DP-auto-GAN (Tantipongpipat et al. 2019, App. E: categorical features one-hot, continuous ones
+min-max scaled) feeds the networks one vector in [0, 1]^n per row:
 
 * a categorical column with k > 2 values is a one-hot block of width k (decoded by argmax);
 * a categorical column with 2 values is one 0/1 coordinate (decoded by thresholding at 0.5),
@@ -8,7 +9,7 @@ DP-auto-GAN (digest `dp_auto_gan.md` §1.2) feeds the networks one vector in [0,
 * a numeric column is its [0, 1]-scaled value (the domain's public min-max scaling), decoded by
   clipping to [0, 1], unscaling, and rounding integer columns in original units.
 
-That is the paper's ``minmax`` encoding. The ``bins`` encoding (issue 16, CTGAN's mode-specific
+That is the paper's ``minmax`` encoding. The ``bins`` encoding (CTGAN's mode-specific
 idea from public information only) replaces a numeric column's coordinate by a one-hot block
 over its public bins (the null bin included) plus one within-bin offset in [0, 1], decoded by
 argmax and then inside the chosen bin; an integer column with at most ``integer_levels`` values
@@ -116,7 +117,7 @@ def encode(table: EncodedTable, mode: str = "minmax", integer_levels: int = 16) 
 def decode(
     domain: Domain, x: np.ndarray, mode: str = "minmax", integer_levels: int = 16
 ) -> EncodedTable:
-    """Rows of the domain from (rows, n) vectors (the paper's post-processing, digest §1.2;
+    """Rows of the domain from (rows, n) vectors (the inverse of the paper's pre-processing;
     for ``bins``, argmax of a numeric column's block, then its offset inside that bin)."""
     codes: dict[str, np.ndarray] = {}
     scaled: dict[str, np.ndarray] = {}

@@ -1,4 +1,4 @@
-"""Fidelity by design (issue 16): the generator fitted to the workload's DP-measured marginals.
+"""Fidelity by design: the generator fitted to the workload's DP-measured marginals.
 
 With ``encoding: bins`` every column is a block of the decoder's output that names one of the
 column's domain codes: a one-hot block (categorical, or an integer column's values), a one-hot

@@ -1,23 +1,23 @@
 """The three networks of DP-auto-GAN as pure JAX functions on parameter pytrees.
 
-Architectures are the paper's ADULT serialisation (App. E.1; digest `dp_auto_gan.md` §2.4):
+Architectures are the paper's ADULT serialisation (Tantipongpipat et al. 2019, App. E.1):
 
 * autoencoder ``n -> h -> d -> h -> n``, LeakyReLU(0.2) on hidden layers; the decoder returns
-  *logits* (the paper's final Sigmoid is applied by the loss / at decoding, digest §3.7);
+  *logits* (the paper's final Sigmoid is applied by the loss, a BCE from logits that stays
+  finite where a saturated sigmoid would not, and at decoding);
 * generator ``z -> G(z)`` in latent space: two residual blocks ``x + leaky(norm(W x))`` (no bias,
   width = noise dim, LayerNorm as in the authors' code), then a projection to the latent dim;
 * critic ``n -> h1 -> h2 -> 1`` with LeakyReLU(0.2) and a linear (unbounded WGAN) output.
 
 One deliberate change: the latent space is the cube (-1, 1)^d, with tanh on the encoder output
 and on the generator's last layer (the paper's MIMIC architecture, App. D), instead of ADULT's
-LeakyReLU on both. The authors' ADULT encoder barely moved from its initialisation (plain Adam at
-lr 0.005/64, digest §3.3); trained privately at lr 0.005 its LeakyReLU codes drift to |z| ~ 10,
-where the LayerNorm generator cannot follow within 1000 steps. Measured on ADULT at negligible
-noise: mean dimension-wise prediction distance 2.83 -> 0.074, income accuracy 0.69 -> 0.79
-(`benchmarks/gan/RESULTS.md`).
+LeakyReLU on both. Trained privately at the paper's learning rate, unbounded LeakyReLU codes
+drift far from the origin, where the LayerNorm generator cannot follow in a few thousand steps;
+a bounded latent cube keeps the codes where the generator can reach them.
 
 Initialisation is PyTorch's default ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` for weights and
-biases (digest §2.4), for fidelity with the paper's clip norms.
+biases (the paper's networks are PyTorch modules, App. E.1), for fidelity with the paper's
+clip norms.
 """
 
 from __future__ import annotations

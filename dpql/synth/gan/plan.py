@@ -2,8 +2,8 @@
 
 JAX-free, so ``dpql plan`` and ``dpql check`` never import it (the training program is
 :mod:`dpql.synth.gan.train`). The two phases are ``autoencoder_steps`` and ``critic_steps``
-compositions of the Poisson-subsampled Gaussian mechanism (Tantipongpipat et al. 2019; digest
-``dp_auto_gan.md``); :func:`plan_gan` calibrates their noise multipliers to an (epsilon,
+compositions of the Poisson-subsampled Gaussian mechanism (Tantipongpipat et al. 2019, §2.2
+and §3.3); :func:`plan_gan` calibrates their noise multipliers to an (epsilon,
 delta) target on the accountant's RDP curves.
 """
 

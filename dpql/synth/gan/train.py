@@ -1,11 +1,13 @@
-"""Plan, train and sample DP-auto-GAN (Tantipongpipat et al. 2019; digest `dp_auto_gan.md`).
+"""Plan, train and sample DP-auto-GAN (Tantipongpipat et al. 2019).
 
 Two phases, each DP-SGD on the private rows (:mod:`dpql.synth.gan.dpsgd`):
 
 1. ``autoencoder``: encoder **and** decoder trained jointly with per-example clipping of the
-   joint gradient and Gaussian noise on both (the paper's Algorithm 3 leaves the encoder
-   non-private, which breaks the decoder's guarantee: digest §3.3). Loss: BCE from logits,
-   mean over the n coordinates (the reduction the clip norm 0.012 was tuned for, digest §8.5).
+   joint gradient and Gaussian noise on both (the paper's Algorithm 3, App. A, leaves the
+   encoder non-private, and the decoder's gradient depends on the encoder's output, so a
+   non-private encoder breaks the decoder's guarantee). Loss: BCE from logits, mean over the n
+   coordinates (the reduction under which the paper's clip norm 0.012, the median gradient norm
+   of a non-private run, App. E.1, applies).
 2. ``generator``: a WGAN in latent space. The critic is trained with DP-SGD on pairs
    (real row, fresh fake row): per-example loss ``-D(real) + D(fake)``, clipped per pair
    (Algorithm 4), then its weights are clamped to +-``critic_weight_clip``. Every
@@ -13,7 +15,7 @@ Two phases, each DP-SGD on the private rows (:mod:`dpql.synth.gan.dpsgd`):
    non-private RMSProp step on ``-mean D(sigmoid(De(G(z))))`` through the frozen decoder
    (Algorithm 5): it sees only noised critic parameters, so it is post-processing.
 
-3. (issue 16, ``encoding: bins`` with DP-measured marginals) the generator's loss also gets
+3. (``encoding: bins`` with DP-measured marginals) the generator's loss also gets
    ``marginal_weight`` times the squared error of its relaxed marginals against the noisy
    ones (:mod:`dpql.synth.gan.fidelity`), and after phase 2 generator and decoder take
    ``finetune_steps`` Adam steps on that penalty alone (:func:`finetune`). Both see only DP
@@ -24,7 +26,7 @@ Accounting: the two phases are ``autoencoder_steps`` and ``critic_steps`` compos
 Poisson-subsampled Gaussian mechanism; :func:`~dpql.synth.gan.plan.plan_gan` fixes their
 parameters before any data is read and :func:`train_gan` appends one ``dpsgd`` ledger event
 per phase *before* running it. Only the critic steps are accounted in phase 2 (the paper's
-15 000 "iterations", digest §4.4).
+15,000 minibatches of the critic, App. E.1).
 
 Nothing computed from private rows leaves :func:`train_gan` except the DP-SGD-trained parameters:
 no training losses, batch sizes or norms are returned or logged (they would be unaccounted).
@@ -230,7 +232,7 @@ def train_gan(
 ) -> GanModel:
     """Train DP-auto-GAN on the private rows under ``plan`` (module docstring).
 
-    ``marginals``: DP-released marginals ``(columns, noisy answer)`` (issue 16). With
+    ``marginals``: DP-released marginals ``(columns, noisy answer)``. With
     ``encoding: bins`` the generator's WGAN loss gets ``marginal_weight`` times the marginal
     penalty (:func:`fidelity.marginal_loss`), then generator and decoder take
     ``finetune_steps`` non-private steps on the penalty alone, and the model samples each
@@ -454,7 +456,7 @@ def _train_wgan(
 
 
 def sample(model: GanModel, rows: int, seed: int) -> EncodedTable:
-    """``rows`` synthetic records: ``z ~ N(0, I)`` -> ``sigmoid(De(G(z)))`` -> decode (digest §1.2).
+    """``rows`` synthetic records: ``z ~ N(0, I)`` -> ``sigmoid(De(G(z)))`` -> decode.
 
     Post-processing of the released model; ``seed`` is not privacy-relevant and may be recorded.
     """

@@ -1,4 +1,4 @@
-"""RAP++ (relaxed adaptive projection, Vietri et al. 2022; digest ``papers/rap_pp.md``) as a
+"""RAP++ (relaxed adaptive projection, Vietri et al. 2022) as a
 dpql backend.
 
 * :mod:`~dpql.synth.rap.schedule`: options and the budget schedule (JAX-free; the plan);
@@ -19,9 +19,9 @@ from dpql.privacy.mechanisms import gumbel_beta
 from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult
 from dpql.synth.rap.schedule import RapOptions, RapSchedule, plan_rap, release_sigma
 
-# Default 1:3. The paper halves each round (rap_pp.md §4.2); on Adult at epsilon = 1 a quarter
-# for selection lowered the mean 3-way TVD from 0.083 to 0.079 (3 seeds,
-# benchmarks/rap/RESULTS.md): the measurements, not the choice, limit the fit.
+# Default 1:3. The paper halves each round (Vietri et al. 2022, App. C, proof of Theorem 1:
+# rho/2T to selection, rho/2TK to each of the K measurements); the noise of the measurements,
+# not the choice of queries, limits the fit, so selection gets the smaller share.
 DEFAULT_SELECTION_SHARE = 0.25
 
 
@@ -80,8 +80,10 @@ class RapBackend:
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from dpql.plan.exact import answer_all
+        from dpql.synth.jax_cache import enable_compilation_cache
         from dpql.synth.rap.program import run_rap
 
+        enable_compilation_cache()
         schedule, options = plan.config
         rows = ctx.spec.model.synthesizer.rows
         res = run_rap(

@@ -1,4 +1,4 @@
-"""RAP++: relaxed adaptive projection for mixed-type data (Vietri et al. 2022; `rap_pp.md`).
+"""RAP++: relaxed adaptive projection for mixed-type data (Vietri et al. 2022).
 
 The program (Algorithm 2, with the decisions below) is post-processing of the oracle's outputs:
 it never sees data, only noisy measurements and noisy selections from a
@@ -8,27 +8,31 @@ it never sees data, only noisy measurements and noisy selections from a
    workloads, and every count / moment in the workload, in one Gaussian release (the same
    warm start as AIM; 1-way marginals are in the downward closure of the workload).
 2. **Adaptive rounds** (Algorithm 2 lines 4-9). Marginal rounds and threshold rounds (halfspaces
-   and ranges) are interleaved. Each round spends half its budget on one-shot Gumbel top-K
-   selection (Definition 9, scale from `rap_pp.md` §4.2 with the true L1 score sensitivity, not
-   the code's) and half on Gaussian measurement of the K selected queries (Definition 8).
+   and ranges) are interleaved. Each round spends a share of its budget (``select_share``) on
+   one-shot Gumbel top-K selection (Definition 9, scale from
+   :func:`~dpql.privacy.mechanisms.gumbel_beta` with the L1 score's sensitivity 2/n) and the rest
+   on Gaussian measurement of the K selected queries (Definition 8).
    Candidates are the unmeasured workload queries plus, for marginals, their 2-way subsets.
    The selection score is the L1 error minus the expected L1 error of measuring the query
-   (a data-independent penalty, pitfall 8), so large noisy marginals are not over-selected.
+   (a data-independent penalty, so post-processing), so large noisy marginals, whose error is
+   mostly noise, are not over-selected.
 3. **Projection** (Algorithm 1): Adam (optax) on the relaxed rows against *all* measurements so
    far (the paper's joint loss, not the code's per-class loss), each squared residual weighted by
-   the inverse noise variance of its release; old measurements are never re-noised (pitfall 5).
+   the inverse noise variance of its release; each query is measured once (Algorithm 2 keeps
+   the answers of earlier rounds), since measuring it again would spend budget again.
    The sigmoid inverse temperature is annealed geometrically from ``sigma_start`` to
    ``sigma_max`` within each round (a fixed schedule instead of the code's plateau rule, so the
    whole round is one annealing pass). The first fit runs ``iterations`` steps from random
    rows, later fits ``warm_iterations`` steps from the previous round's rows.
-4. **Rounding** (§5.7): output rows are spread evenly over the relaxed rows; each draws every
+4. **Rounding**: output rows are spread evenly over the relaxed rows; each draws every
    column independently from its row's distribution (a numeric column draws a bin, then takes
    the row's within-bin position). The rounding seed is not a DP seed and may be recorded.
 
-Paper-vs-code decisions (`rap_pp.md` §5.6): measurements once (paper), Gumbel scale with the
-true sensitivity (neither), sum-of-squares loss (paper), fixed geometric annealing (neither;
-documented above), joint loss (paper), numeric relaxation by public bins + position (see
-:mod:`dpql.synth.relaxed`), softmax parameterisation of the simplex (allowed by pitfall 2).
+Where the paper leaves a choice: measurements once (Algorithm 2), a Gumbel scale from the
+score's sensitivity (Definition 9's printed scale is not), the sum-of-squares loss (§3),
+fixed geometric annealing (documented above), the joint loss over all measurements (Algorithm
+1), numeric relaxation by public bins + position (see :mod:`dpql.synth.relaxed`), and a softmax
+parameterisation of each categorical block, which keeps it on the simplex by construction.
 """
 
 from __future__ import annotations
@@ -484,7 +488,8 @@ def run_rap(
 
 
 def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
-    """Randomised rounding of the relaxed rows to ``rows`` records (`rap_pp.md` §5.7).
+    """Randomised rounding of the relaxed rows to ``rows`` records (the release is a table of
+    the domain's records, not the relaxed rows the paper evaluates).
 
     Rows are spread evenly over the relaxed rows. Within one relaxed row's ``c`` copies, each
     column is drawn by *systematic* sampling from its distribution (the quantiles
@@ -493,9 +498,9 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
     product distribution while the row's marginals are matched up to 1/c: every value gets
     ``floor(c p)`` or ``ceil(c p)`` copies, ``c p`` in expectation.
 
-    The shift ``U`` is drawn per relaxed row *and column*. One shift shared by all columns
-    (before issue 19) drew every column of a row at the same quantile whenever ``c = 1``,
-    coupling the columns through their declared value order.
+    The shift ``U`` is drawn per relaxed row *and column*: one shift shared by all columns
+    would draw every column of a row at the same quantile whenever ``c = 1``, coupling the
+    columns through their declared value order.
     """
     probs = column_probs(layout, params[0])
     positions = np.clip(np.asarray(params[1], dtype=np.float64), 0.0, 1.0)

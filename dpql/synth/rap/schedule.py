@@ -106,7 +106,7 @@ def plan_rap(
         rounds.append(RapRound("init", len(init), 0.0, parts["init"]))
 
     # Each adaptive round: ``select_share`` of its rho to selection, the rest to measurement
-    # (rap_pp.md §4.2 uses one half each; the planner's default is a quarter, and
+    # (Vietri et al. 2022, App. C, use one half each; the planner's default is a quarter, and
     # ``privacy.split`` in the spec can change it).
     def halves(part: float, n_rounds: int) -> tuple[float, float]:
         if not n_rounds:
@@ -124,7 +124,8 @@ def plan_rap(
     t_rounds = [
         RapRound("threshold", min(options.thresholds_per_round, len(thr)), t_sel, t_meas)
     ] * n_thr_rounds
-    # Interleave the two classes evenly (the code interleaves randomly, pitfall 16).
+    # Interleave the two classes evenly: a public, deterministic order in which neither class
+    # is left to the last rounds (the fit after each round sees every measurement so far).
     order = sorted(
         [(i / n_marg_rounds, 0, r) for i, r in enumerate(m_rounds)]
         + [((i + 0.5) / n_thr_rounds, 1, r) for i, r in enumerate(t_rounds)],
