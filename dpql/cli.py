@@ -182,7 +182,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _split_text(plan: Any) -> str:
     """The post-processing budget's split (dpql.plan.split) in words, for `dpql plan`."""
-    from dpql.plan.split import PASS_ROOM, ROOM_SHARE_CAP, pilot_sd
+    from dpql.plan.acceptance import Z
+    from dpql.plan.split import PASS_ROOM, ROOM_SHARE_CAP, pilot_sd, synthesizer_sd_growth
 
     split = plan.split
     rho = plan.budget.rho
@@ -203,15 +204,31 @@ def _split_text(plan: Any) -> str:
         # synthetic table, nothing else (dpql.plan.requirements.piloted)
         return "" if sd is None else f": its pilot accuracy alone, at sd {sd:.2g}"
 
+    def room(req: Any, sd: float) -> str:
+        t = req.tolerance.within
+        if t is None or sd != sd:
+            return ""
+        return f"; test sd {sd:.3g}, room for the table t - {Z:g} sd = {t - Z * sd:.3g}"
+
+    sds = split.planned_sd or (float("nan"),) * len(split.given)
     parts = [
-        f"{r.requirement.text}: rho {_fmt(g)} (needs {_fmt(need)}{pilot(r.requirement)})"
-        for r, g, need in zip(plan.requirement_plans, split.given, split.needs, strict=True)
+        f"{r.requirement.text}: rho {_fmt(g)} (needs {_fmt(need)}{pilot(r.requirement)}"
+        f"{room(r.requirement, sd)})"
+        for r, g, need, sd in zip(
+            plan.requirement_plans, split.given, split.needs, sds, strict=True
+        )
         if g == g  # NaN: no release of its own
     ]
     if split.test_share > 0:
         parts.append(f"acceptance tests: rho {_fmt(float(split.test_share) * rho)}")
-    return f"post-processing: {100 * float(split.share):.3g}% of the budget ({how}); " + "; ".join(
-        parts
+    cost = ""
+    if plan.phase_rho.get("synthesizer", 0.0) > 0:
+        share = float(split.share)
+        cost = (f"; the synthesizer keeps {100 * (1 - share):.3g}%: its noise sd grows "
+                f"{synthesizer_sd_growth(share):.3f}x")  # fmt: skip
+    return (
+        f"post-processing: {100 * float(split.share):.3g}% of the budget ({how}){cost}; "
+        + "; ".join(parts)
     )
 
 

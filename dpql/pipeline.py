@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -53,6 +53,9 @@ from dpql.project import LedgerChoice, choose_ledger
 from dpql.quality import QualityHeadline, compile_headline
 from dpql.spec.load import LoadedSpec, load_spec
 from dpql.synth.base import RunContext, backend
+
+if TYPE_CHECKING:
+    from dpql.postprocess.policy import PostprocessPolicy
 
 
 @dataclass
@@ -149,6 +152,7 @@ def compile_release(
     force: bool = False,
     policy_path: Path | None = None,
     notify: Callable[[str], None] | None = None,
+    postprocess_policy: PostprocessPolicy | None = None,
 ) -> CompileResult:
     """Run a release end to end. ``seed`` fixes optimisation and row sampling, never DP noise.
 
@@ -161,7 +165,8 @@ def compile_release(
     refused (``E611``) and nothing is written. The curator-only
     facts and the stage timings go to the curator file (:mod:`dpql.curator`), never to the
     published record. With ``signing_key`` (an Ed25519 private key from ``dpql keygen``) the
-    record is signed (:mod:`dpql.signing`).
+    record is signed (:mod:`dpql.signing`). ``postprocess_policy`` overrides the default
+    :class:`~dpql.postprocess.policy.PostprocessPolicy` (benchmarks); the record reports it.
 
     Before any private data is read: every output location and the ledger are validated,
     against each other and every input (E613, E618, E619, E615, E005, E020), an earlier
@@ -182,6 +187,7 @@ def compile_release(
     if noise is not None and getattr(noise, "reproducible", False) and not allow_reproducible_noise:
         raise InternalError("refusing to release with a reproducible (test-only) noise source")
     from dpql.data.private import DataSource, open_private
+    from dpql.postprocess.policy import DEFAULT_POLICY
     from dpql.postprocess.run import run_postprocess
 
     timings: dict[str, float] = {}
@@ -230,7 +236,10 @@ def compile_release(
             requirements, postprocess = [], None
             if plan.measures is not None and "iproj.measure" in plan.phase_rho:
                 with clock("postprocess"):
-                    post = run_postprocess(plan, oracle, table, seed, progress, measurements)
+                    post = run_postprocess(
+                        plan, oracle, table, seed, progress, measurements,
+                        postprocess_policy or DEFAULT_POLICY,
+                    )
                 table = post.table
                 requirements, postprocess = post.requirements_json(), post.summary_json()
             check_spent(ledger, plan.budget)  # fail closed: nothing is written over budget

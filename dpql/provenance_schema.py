@@ -32,8 +32,8 @@ def _object(
 
 
 # The postprocess keys every record has; the later ones (prior_rows, ess_floor, shrink,
-# resampling_shift_sd, measure_error_sd_*, workload, pull) are optional so records written before
-# they existed still verify.
+# resampling_shift_sd, measure_error_sd_*, workload, boxes, policy, roles) are optional so records
+# written before they existed still verify.
 _POSTPROCESS_REQUIRED = [
     "method", "solver", "measures", "noise_sigma", "iterations", "gamma", "projection_distance",
     "kkt_violation", "kl_from_synthetic", "effective_sample_size", "sampling_seed", "lambda",
@@ -172,7 +172,11 @@ def _defs() -> dict[str, Any]:
     postprocess = _object(
         {
             "method": {"const": "iproj"},
-            "solver": {"enum": ["newton", "stochastic", "lbfgs"]},
+            "solver": {
+                "enum": ["newton", "stochastic", "lbfgs", "none"],
+                "description": "The dual solver; none: no requirement was outside its band, "
+                "so the table did not move.",
+            },
             "measures": {"type": "array", "items": {"type": "string"}},
             "noise_sigma": {
                 "type": "array",
@@ -223,13 +227,35 @@ def _defs() -> dict[str, Any]:
                 "Each measure's |value - noisy answer| / noise sd on the table before."
             ),
             "measure_error_sd_after": _vector("The same on the released table."),
-            "pull": _vector(
-                "Each measure's factor on its ridge in the projection (public): its penalty "
-                "weighs 1 / pull times more than the prior's (1: the plain MAP weight; "
-                "MOMENT_PULL for the corr / mean / count measures and the model pilots; "
-                "FREE_PULL, a negligible weight, for the measures of a requirement the table "
-                "already meets with room)."
+            "boxes": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Box constraints of the projection: one per requirement with "
+                "a band, one per held score equation of a pilot.",
+            },
+            "policy": _object(
+                {
+                    "prior_rows": _NONNEG,
+                    "ess_floor": _NONNEG,
+                    "z": _NONNEG,
+                    "band": _NONNEG,
+                }
             ),
+            "roles": {
+                "type": "array",
+                "description": "Each requirement's role in post-processing "
+                "(docs/postprocess.md): inside its band, constrained, no_room, unbanded.",
+                "items": _object(
+                    {
+                        "requirement": {"type": "integer", "minimum": 0},
+                        "role": {"enum": ["inside", "constrained", "no_room", "unbanded"]},
+                        "before": _NULLABLE_NUMBER,
+                        "noisy": _NULLABLE_NUMBER,
+                        "sd": _NULLABLE_NUMBER,
+                        "half_width": _NULLABLE_NUMBER,
+                    }
+                ),
+            },
             "workload": {
                 **_object(
                     {

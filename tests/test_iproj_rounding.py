@@ -1,6 +1,6 @@
 """Issue 15 item 5: the resampling keeps the statistics the verdicts read
 (``dpql.postprocess.iproj.balanced_counts``, ``resample(keep=...)``,
-``dpql.postprocess.run.kept_statistics``): a controlled rounding of the reweighted counts, every
+``dpql.postprocess.run.requirement_boxes``): a controlled rounding of the reweighted counts, every
 row still ``floor`` or ``ceil`` of its expected count."""
 
 from __future__ import annotations

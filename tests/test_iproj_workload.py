@@ -90,48 +90,27 @@ def test_keeping_the_workload_reduces_its_drift(draw: int, real, syn) -> None:
         assert after.sum() < 0.8 * before.sum()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("draw", [0, 1])
-def test_the_moment_pull_brings_a_requirement_to_its_noisy_value(draw: int, real, syn) -> None:
-    """Issue 15: a corr / mean requirement's verdict compares the table's value with the noisy
-    one, but when a measure's evidence is worth about as many rows as the prior (the budget the
-    planner gives it) the plain MAP stopped about halfway. Compile's pull
-    (``run.moment_pull``: the ridge of those measures times ``MOMENT_PULL``) lands the
-    reweighted value close to the noisy one, the workload still kept; the model's moments keep
-    the plain weight."""
-    from dpql.plan.ir import ModelRequirement
-    from dpql.plan.requirements import requirement_value, value_sd
-    from dpql.postprocess import run
-
-    reqs = [
-        CorrRequirement("age", "hours", Tolerance(within=0.05)),
-        # a bound: measured by its moments (a `within` logistic: by its pilot alone)
-        ModelRequirement("logistic", "income", ("age", "sex"), Tolerance(op=">=", bound=0.6)),
-    ]
+@pytest.mark.parametrize("workload", [False, True])
+def test_a_box_is_met_with_or_without_the_workload(workload: bool, real, syn) -> None:
+    """A box constraint (``iproj.Boxes``) on a per-row statistic is met at its edge by the
+    reweighting, whether the dual is solved by proximal Newton (no workload) or by L-BFGS-B with
+    the workload's penalties (``dual.solve_penalised``, the L1 term split into two bounded
+    halves), and the controlled rounding keeps it on the released rows."""
+    reqs = [CorrRequirement("age", "hours", Tolerance(within=0.05))]
     m = expand_requirements(reqs, DOMAIN)
-    # rho 0.005 at the real table's n = 8000: each measure's evidence v / sigma^2 is a few
-    # hundred rows, about the prior's 0.1 n = 400 of the 4,000-row synthetic table
-    meas = iproj.measure(m.queries, ExactOracle(real, seed=30 + draw), 0.005, label="req")
-    prior = 0.1 * syn.n
-    workload = iproj.sparse_workload(_workload(syn), syn, prior)
-    pull = run.moment_pull(m, reqs)
-    corr_cells = set(m.index[0])
-    assert all(pull[k] == run.MOMENT_PULL for k in corr_cells)
-    assert all(pull[k] == 1.0 for k in set(m.index[1]) - corr_cells)
-
-    def gap(p: float | np.ndarray) -> tuple[float, float]:
-        res = iproj.iproject(syn, meas, seed=draw, prior_rows=prior, ess_floor=0.2,
-                             workload=workload, pull=p)  # fmt: skip
-        noisy = requirement_value(reqs[0], m.answer_map(res.noisy), DOMAIN)
-        sd = value_sd(reqs[0], m.answer_map(res.noisy), m.answer_map(res.sigma), DOMAIN)
-        moved = requirement_value(reqs[0], m.answer_map(res.reweighted), DOMAIN)
-        return abs(moved - noisy), sd
-
-    before = abs(
-        requirement_value(reqs[0], m.answer_map(meas.noisy), DOMAIN)
-        - requirement_value(reqs[0], m.answer_map(np.concatenate(answer_all(m.queries, syn))), DOMAIN)
-    )
-    plain, sd = gap(1.0)
-    pulled, _ = gap(pull)
-    assert plain > 0.3 * before  # the plain MAP stops well short
-    assert pulled < 0.25 * plain and pulled < 0.5 * sd
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=30), 0.5, label="req")
+    F = iproj.features(m.queries, syn)
+    col, sd = F[:, 0], meas.sigma[0]  # E age
+    start = float(col.mean())
+    box = iproj.Boxes(col[:, None], np.array([start + 5 * sd]), np.array([sd]), np.array([sd]))
+    prior = syn.n
+    res = iproj.iproject(
+        syn, meas, seed=0, prior_rows=prior, ess_floor=0.2, boxes=box,
+        workload=iproj.sparse_workload(_workload(syn), syn, prior) if workload else None,
+    )  # fmt: skip
+    assert res.method == ("lbfgs" if workload else "newton") and res.boxes == 1
+    assert res.kkt_violation <= 1e-6
+    got = float(res.weights @ col)
+    assert got == pytest.approx(start + 4 * sd, abs=1e-3 * sd)  # the box's near edge
+    released = float(iproj.features(m.queries, res.table)[:, 0].mean())
+    assert abs(released - got) < 0.05 * sd

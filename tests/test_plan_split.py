@@ -77,6 +77,24 @@ def test_chosen_split_reaches_every_tolerance_with_the_least_budget(tmp_path: Pa
     # filling it) the whole budget is allocated and the synthesizer keeps the rest
     assert math.fsum(x.rho for x in plan.table.lines) == pytest.approx(rho, rel=1e-9)
     assert plan.phase_rho["synthesizer"] == pytest.approx((1 - float(split.share)) * rho)
+    # the split's own sd at each requirement's rho leaves the table room (t - Z sd > 0)
+    for rp, sd in zip(plan.requirement_plans, split.planned_sd, strict=True):
+        assert 0 < sd and Z * sd < rp.tolerance
+
+
+def test_the_plan_names_what_post_processing_costs(tmp_path: Path, capsys) -> None:
+    """``dpql plan`` says how much the synthesizer keeps and how its noise grows, and each
+    requirement's test sd and the room it leaves the table."""
+    from dpql.cli import main
+    from dpql.plan.split import synthesizer_sd_growth
+
+    spec = _spec(tmp_path, *REACHABLE)
+    assert main(["plan", str(spec)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    share = float(build_plan(load_spec(spec)).split.share)
+    assert f"its noise sd grows {synthesizer_sd_growth(share):.3f}x" in out
+    assert out.count("room for the table") == len(REACHABLE)
+    assert synthesizer_sd_growth(0.0) == 1.0 and synthesizer_sd_growth(0.75) == 2.0
 
 
 def test_with_budget_to_spare_every_moment_requirement_gets_its_pass_room(tmp_path: Path) -> None:

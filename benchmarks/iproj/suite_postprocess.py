@@ -4,7 +4,7 @@ For each table (``benchmarks/suite``; data written by ``benchmarks/suite/run.py`
 
 * ``mst`` and ``aim`` (mbi 2.x through ``benchmarks/rap/peers.py``, the suite's settings) make a
   table at epsilon 1; dpql then post-processes it as an ``external`` table with the table's
-  requirements (``issue15_other_tables.TABLES`` and the two below) at the rho that dpql's own
+  requirements (``coverage.TABLES`` and the two below) at the rho that dpql's own
   release of the table at epsilon 1 gives post-processing (the planner's share of rho(1)). The
   question is the one outside checks asked: does post-processing make a table worse?
 * ``dpql``: the suite spec (RAP) compiled at epsilon 1 without, then with, the requirements and
@@ -52,7 +52,7 @@ def _module(name: str, path: Path):
 
 
 suite = _module("suite_run", SUITE / "run.py")
-other = _module("issue15_other_tables", HERE / "issue15_other_tables.py")
+other = _module("coverage", HERE / "coverage.py")
 
 REQUIREMENTS: dict[str, dict[str, Any]] = {
     **other.TABLES,

@@ -198,8 +198,13 @@ ENTRIES.warning(
 )
 ENTRIES.warning(
     "W510",
-    "post-processing moved the table toward a requirement it could not bring within reach of "
-    "a pass",
+    "post-processing could not bring a requirement within reach of a pass",
+    COMPILE,
+    "dpql.postprocess.run",
+)
+ENTRIES.warning(
+    "W511",
+    "the noise leaves a requirement no room for a pass: post-processing leaves it alone",
     COMPILE,
     "dpql.postprocess.run",
 )

@@ -23,19 +23,15 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   delta method at the public *planning* moments, ``requirements.predicted_error``, equal noise
   on its release's measures) is ``t / Z``: ``rho = (Z sd_1 / t)^2`` with ``sd_1`` the sd at
   rho = 1. ``Z sd <= t`` is the reachability threshold of W506 (the DP test can decide the
-  tolerance); a verdict is ``pass`` only when ``|synthetic - noisy| + Z sd <= t``, so a
-  release funded at exactly ``Z sd = t`` is decided as ``fail`` or ``inconclusive`` but
-  practically never as ``pass``. So the planner also buys *room for a pass*: ``Z sd <= (1 -
-  PASS_ROOM) t`` (a quarter of the tolerance left for the table's own distance from the noisy
-  value, which compile's projection keeps to a fraction of an sd,
-  ``dpql.postprocess.run.MOMENT_PULL`` and ``VALUE_PULL``), cheapest increment first, only while
-  the chosen share stays at most ``ROOM_SHARE_CAP`` (1/8); the first room that does not fit whole
-  gets what is left under the cap (on the example the correlation's, +42% of its rho, after the
-  mean's whole room): the room turns a decidable tolerance into a passable
-  one, but it costs the synthesizer's workload (about 0.4-0.5% of 3-way TVD per 1% of the
-  budget above 10% on Adult), and on the example the correlation's room alone would take the
-  share from 11% to 15% (measured 3-way TVD 1.08x the RAP-only tables instead of 1.01x,
-  ``benchmarks/iproj/RESULTS.md``, "Issue 15 (third part)"). A mean of a numeric column is
+  tolerance). Compile's rule (``docs/postprocess.md``) passes a requirement when ``|v -
+  v_noisy| + Z sd <= t`` and places each value inside the band ``v_noisy +- band (t - Z sd)``,
+  so a release funded at exactly ``Z sd = t`` leaves no room: no table can pass. A decision at
+  the tolerance needs room for the table, so the planner also buys ``Z sd <= (1 - PASS_ROOM)
+  t``, cheapest increment first, only while the chosen share stays at most
+  ``ROOM_SHARE_CAP``; the first room that does not fit whole gets what is left under the cap.
+  Room is budget taken from the synthesizer, whose noise sd grows by ``1 / sqrt(1 - share)``:
+  ``dpql plan`` names that cost, each requirement's planned sd and the room it leaves
+  (``PostSplit.planned_sd``, :func:`synthesizer_sd_growth`). A mean of a numeric column is
   planned as compile measures it, centred at the synthetic conditional mean
   (``dpql.postprocess.centre``), which halves its need. Not with a fixed share (its
   surplus is spread anyway) nor with weights. The planning moments put every numeric
@@ -58,15 +54,11 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   A logistic ``within`` requirement (its test compares accuracies) is measured by its *pilot*
   alone (``dpql.plan.requirements.piloted``): compile fits the model on the synthetic table it
   post-processes (public), measures that model's accuracy on the real table at sd
-  ``PILOT_SD_FRACTION t`` (:func:`pilot_sd`) and projects the table onto it
+  ``PILOT_SD_FRACTION t`` (:func:`pilot_sd`) and places the table's accuracy in its band
   (``dpql.postprocess.run``): ``rho = (1/n)^2 / (2 s_pilot^2)``. Why: the test's statistic is
   the gap between the model's accuracy on the synthetic table and on the real one, and the
-  moments (a degree-2 proxy of the log-loss) do not pin that gap: over twelve RAP-only compiles
-  of the example it was 0.0001-0.0258 (six above the 0.015 a pass needs at the test's sd), RAP's
-  own fit, which the projection left or made worse; with the pilot the logistic passed 12 / 12
-  (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)"). The moments were measured beside
-  the pilot at sd ``t / Z`` before: 57% of that release's rho (0.67% of the example's
-  budget) for a pull the workload answers already outweighed (RESULTS.md, "The pilot alone").
+  moments (a degree-2 proxy of the log-loss) do not pin that gap; the pilot's accuracy is that
+  gap's own measure (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)").
 * the tests: the largest rho any model requirement's test needs (bisection on its predicted sd,
   which also carries the label moments' noise for ``r2``).
 
@@ -110,17 +102,9 @@ ACCEPT_SD_FRACTION = 0.125  # a test's sd at most t / 8 (its 2 sd band a quarter
 BOUND_TEST_SD = 0.0025  # a bound's test sd (accuracy >= 0.8: no tolerance to scale by)
 MODEL_BOUND_SD = 0.01  # per-moment sd of a model requirement with a bound
 NEED_MARGIN = 1.0 + 1e-9  # split_rho rounds each part down by a few ulps
-# The share of a corr / mean / count tolerance left for the table's own distance from the noisy
-# value: a verdict is `pass` only when |synthetic - noisy| + Z sd <= t, so a release planned at
-# Z sd = t can be decided but practically never passed. With room: Z sd <= (1 - PASS_ROOM) t,
-# bought (cheapest first) only while the chosen share stays at most ROOM_SHARE_CAP.
-# A quarter: after the value pull (dpql.postprocess.run.VALUE_PULL) and the kept rounding
-# (iproj.balanced_counts) the table's distance from the noisy value is small (up to 0.02 of the
-# mean's tolerance and 0.03 of the corr's on the example), but the sd itself moves: a mean's
-# exceeds the plan's where its condition is rarer than the planning prior says (0.41-0.42
-# against 0.375 there), and a corr's, the delta method at the noisy moments, reached 1.7 and
-# 1.3 times its usual value on two draws in 15 when only the need and a sliver of room were funded
-# (benchmarks/iproj/RESULTS.md, "The pilot alone and a rounding that keeps the values").
+# The share of a corr / mean / count tolerance bought as room for the table (module docstring):
+# a quarter, so compile's band (half the room) is an eighth of the tolerance and the other half
+# absorbs the sd's own variation between the plan's moments and the released table's.
 PASS_ROOM = 0.25
 ROOM_SHARE_CAP = Fraction(1, 8)
 # A logistic `within` requirement's pilot accuracy (module docstring): its noise sd as a fraction
@@ -149,6 +133,7 @@ class PostSplit:
     cap: Fraction
     smallest_rho: tuple[float, ...]  # total rho at which each requirement is funded whole
     weighted: bool = False
+    planned_sd: tuple[float, ...] = ()  # each requirement's test sd at its rho (NaN: none)
 
     def to_json(self) -> dict[str, object]:
         def num(x: float) -> float | None:
@@ -163,6 +148,7 @@ class PostSplit:
             "weighted": self.weighted,
             "requirement_need_rho": [num(x) for x in self.needs],
             "requirement_rho": [num(x) for x in self.given],
+            "requirement_planned_sd": [num(x) for x in self.planned_sd],
         }
 
 
@@ -328,10 +314,38 @@ def choose_split(
             if c and tuple(c) == release.cells and math.isnan(per_req[i]):
                 per_req[i] = float(release.share) * measure_rho
     smallest = _smallest_rho(items, post_share if share is not None else cap, reqs, measures)
+    sds = tuple(
+        _planned_sd(r, measures, c, n, domain, g)
+        for r, c, g in zip(reqs, measures.index, per_req, strict=True)
+    )
     return PostSplit(
         post_share, test_share, releases, tuple(needs), t_need, tuple(per_req),
-        float(test_share) * rho, share is None, cap, smallest, weighted,
+        float(test_share) * rho, share is None, cap, smallest, weighted, sds,
     )  # fmt: skip
+
+
+def _planned_sd(
+    req: Requirement,
+    measures: RequirementMeasures,
+    cells: Sequence[int],
+    n: int,
+    domain: Domain,
+    rho: float,
+) -> float:
+    """The requirement's predicted test sd at the rho its release gets (NaN without one): a
+    pilot's accuracy sd, or a corr / mean / count's delta-method sd at the planning moments."""
+    if not cells or not (rho > 0) or req.tolerance.within is None:
+        return math.nan
+    l2 = joint_l2_sensitivity([measures.queries[c] for c in cells], n)
+    if isinstance(req, ModelRequirement):
+        return l2 / math.sqrt(2 * rho) if piloted(req) else math.nan
+    return predicted_error(req, l2 / math.sqrt(2 * rho), domain)
+
+
+def synthesizer_sd_growth(share: float) -> float:
+    """What post-processing's ``share`` of a budget the synthesizer shares costs it: its noise
+    sd grows by ``1 / sqrt(1 - share)`` (Gaussian noise at rho scales as ``1 / sqrt(rho)``)."""
+    return 1.0 / math.sqrt(1.0 - share) if share < 1 else math.inf
 
 
 def _with_room(

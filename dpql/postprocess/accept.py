@@ -25,10 +25,11 @@ sensitivity computable from the public spec and cannot be measured by a calibrat
 
 * ``within t``: the metric a user sees on the synthetic table (trained and evaluated there) is
   within ``t`` of the same model's metric on the real table. For a logistic ``within``
-  (accuracy), post-processing has already pulled the table onto the real accuracy of a *pilot*
-  model, fitted on the table before post-processing (``dpql.postprocess.run.with_pilots``); the
-  test's model, refitted on the released table, is close to the pilot, not equal, so this test
-  still measures its own model.
+  (accuracy), post-processing has already placed the table's accuracy of a *pilot* model,
+  fitted on the table before post-processing (``dpql.postprocess.run.with_pilots``), inside its
+  band around the pilot's noisy real accuracy (``docs/postprocess.md``); the test's model,
+  refitted on the released table, is close to the pilot, not equal, so this test measures its
+  own model.
 * ``metric OP b``: a bound on the real-table metric.
 
 Moment requirements (corr / mean / count) spend nothing more: they reuse the I-projection's

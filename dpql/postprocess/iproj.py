@@ -49,7 +49,13 @@ from dpql.plan.exact import per_row
 from dpql.plan.ir import Query, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import Release, joint_release, release_rhos
-from dpql.postprocess.dual import SparseQueries, _kkt, solve_dual, solve_penalised
+from dpql.postprocess.dual import (
+    DualSolution,
+    SparseQueries,
+    _kkt,
+    solve_dual,
+    solve_penalised,
+)
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
@@ -80,33 +86,24 @@ class Measurement:
 
 
 @dataclass(frozen=True, eq=False)
-class ValuePull:
-    """Penalised linear combinations of the measures for ``iproject(values=...)``: column ``r`` of
-    ``weights`` (K, R) is requirement r's value gradient in the measures at the noisy answers,
-    ``target[r] = weights[:, r] . noisy`` plus the (scaled) shift to the value to keep (0: the
-    noisy one; ``dpql.postprocess.run.held_values``), so ``weights[:, r] . E_w f = target[r]``
-    is the value at that target to first order, ``sigma[r]`` its delta-method sd and
-    ``pull[r]`` the factor on its ridge (``prior_rows * sigma^2 * pull``). Public: functions of
-    DP outputs and the plan."""
+class Boxes:
+    """Box constraints of the projection, ``|E_w columns_j - centre_j| <= half_width_j``:
+    ``columns`` (one row per table row, one column per box) are public per-row statistics on
+    the measures' own scale (so one KKT tolerance serves both), ``sd`` each one's noise sd, the
+    scale on which the resampling keeps it (:func:`resample`). Compile boxes each requirement's
+    value, linearised at the table's moments (``dpql.postprocess.run.requirement_boxes``)."""
 
-    weights: np.ndarray
-    target: np.ndarray
-    sigma: np.ndarray
-    pull: np.ndarray
+    columns: np.ndarray
+    centre: np.ndarray
+    half_width: np.ndarray
+    sd: np.ndarray
 
-
-@dataclass(frozen=True)
-class Anchors:
-    """Penalised per-row statistics for ``iproject(anchors=...)`` that are not measures:
-    ``rows`` (one row per table row, m columns) are public functions of each synthetic row,
-    whose weighted means the projection holds at ``target`` to about ``sigma`` (a
-    pseudo-observation with ridge ``prior_rows * sigma^2``) and the resampling keeps
-    (:func:`resample`). Compile anchors a pilot's score equations
-    (``dpql.postprocess.run.pilot_anchors``)."""
-
-    rows: np.ndarray
-    target: np.ndarray
-    sigma: np.ndarray
+    def __post_init__(self) -> None:
+        m = self.columns.shape[1]
+        if not (self.centre.shape == self.half_width.shape == self.sd.shape == (m,)):
+            raise ValueError("one centre, half-width and sd per box column")
+        if np.any(self.half_width < 0) or not np.all(self.sd > 0):
+            raise ValueError("half-widths must be >= 0 and sds > 0")
 
 
 def measure(
@@ -421,7 +418,7 @@ class IProjResult:
     shrink: float = 1.0  # fraction of the way to the target kept to respect ess_floor
     resampling_shift: float = 0.0  # max_k |after_k - reweighted_k| / sigma_k
     penalty_cells: int = 0  # workload cells penalised in the projection (0: none)
-    pull: np.ndarray | None = None  # each measure's factor on its ridge (None: 1 for all)
+    boxes: int = 0  # box constraints of the projection (requirement values, score equations)
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the provenance record's ``postprocess`` section: no rows, no weights.
@@ -430,8 +427,7 @@ class IProjResult:
         public: a function of the plan) and DP outputs or functions of DP outputs and the
         synthetic table: ``noisy`` (the Gaussian answers), ``target`` (their projection onto
         what reweighting can reach, paper sec. 3), ``synthetic_before`` / ``synthetic_after``
-        (the measures on the table before / after), ``lambda`` (the dual, paper eq. 4-5), and
-        ``pull`` (public: each measure's factor on its ridge, ``iproject(pull=...)``).
+        (the measures on the table before / after) and ``lambda`` (the dual, paper eq. 4-5).
         ``measures`` describes each query (numeric columns ``u(x)`` on their [0, 1] scale).
         """
         from dpql.plan.describe import describe_query
@@ -459,7 +455,7 @@ class IProjResult:
             "target": vec(self.target),
             "synthetic_before": vec(self.before),
             "synthetic_after": vec(self.after),
-            "pull": vec(np.ones(len(self.noisy)) if self.pull is None else self.pull),
+            "boxes": self.boxes,
             "diagnostics": [d.to_json() for d in self.diagnostics],
         }
 
@@ -518,37 +514,24 @@ def iproject(
     prior_rows: float | None = None,
     ess_floor: float = 0.0,
     workload: SparseQueries | None = None,
-    pull: float | np.ndarray = 1.0,
-    values: ValuePull | None = None,
-    keep: np.ndarray | None = None,
-    anchors: Anchors | None = None,
+    boxes: Boxes | None = None,
+    move: bool = True,
 ) -> IProjResult:
     """Post-process ``table`` toward ``measurement`` (denoise, I-project, resample).
 
     Noise-aware (``prior_rows`` set): the MAP reweighting ``min prior_rows * KL(w || uniform) +
     sum_k (E_w f_k - a_k)^2 / (2 sigma_k^2)``, the synthetic table read as a prior worth
-    ``prior_rows`` rows (ridge ``prior_rows * sigma_k^2`` in the dual): a table within noise of a
-    target barely moves, and a noisy measure moves it less than a precise one. ``None``: the
-    paper's hard I-projection. ``ess_floor`` (fraction of the usable rows): when the weights'
-    effective sample size would fall below it, the target is pulled toward the synthetic
-    moments (by bisection on the fraction ``shrink`` of the way kept) until it does not, with
-    ``W508`` giving the figures. ``workload`` (with ``prior_rows``; :func:`sparse_workload`):
-    the synthesizer's own noisy workload answers join the MAP objective as further penalties
-    ``(E_w g_j - b_j)^2 / (2 sigma_j^2)``, so the reweighting pays for every measured workload
-    cell it moves away from what the synthesizer fitted; solved jointly by L-BFGS
-    (``dual.solve_penalised``, started from the requirements-only Newton duals; ``gamma`` is
-    not used there, the ridge keeps the dual finite). With them the ESS bisection runs on the
-    requirements alone (Newton) and the joint solution at the found fraction is pulled back by
-    further steps of 0.8 until it too meets the floor. ``pull`` (a number, or one per measure,
-    in (0, 1]): a factor on each measure's ridge, i.e. its penalty weighs ``1 / pull`` times
-    more, as if the prior were worth ``pull * prior_rows`` rows in that measure's direction
-    (``dpql.postprocess.run.MOMENT_PULL``). ``values`` (with ``prior_rows``): further penalised
-    linear combinations of the measures (:class:`ValuePull`), each a requirement's value
-    linearised at the noisy answers, so the table's *value* follows the noisy one even where
-    the workload holds the single moments it is made of. ``keep`` (K, B): linear combinations
-    of the measures that the resampling keeps at their reweighted values (:func:`resample`),
-    each column on its own noise sd's scale. ``anchors`` (with ``prior_rows``): per-row
-    statistics held at their targets (:class:`Anchors`), penalised and kept like those.
+    ``prior_rows`` rows (ridge ``prior_rows * sigma_k^2`` in the dual). ``None``: the paper's
+    hard I-projection ``|E_w f_k - a_k| <= gamma``. ``workload`` (with ``prior_rows``;
+    :func:`sparse_workload`): the synthesizer's own noisy workload answers join the objective
+    as further penalties ``(E_w g_j - b_j)^2 / (2 sigma_j^2)``, solved jointly by L-BFGS
+    (``dual.solve_penalised``). ``boxes`` (:class:`Boxes`): hard constraints ``|E_w c_j -
+    centre_j| <= half_width_j`` on further per-row statistics (dual: an L1 term of weight
+    ``half_width_j``, no ridge); the resampling keeps them (:func:`resample`). ``ess_floor``
+    (fraction of the usable rows): when the weights' effective sample size would fall below it,
+    every target and box centre is pulled toward the table's own value (by bisection on the
+    fraction ``shrink`` of the way kept) until it does not, with ``W508`` giving the figures.
+    ``move`` false: the weights stay uniform (nothing to do), the rest is reported as usual.
 
     Never a silent wrong answer: rows with NaN measures are dropped from the support (W503), a
     target outside the reachable hull is replaced by its projection and the distance reported
@@ -597,38 +580,28 @@ def iproject(
         # the affine projection exactly, so it does not trigger this bias.
         target = (1 - eta) * target + eta * Fk.mean(axis=0)
     ridge = (
-        0.0
-        if prior_rows is None
-        else float(prior_rows) * measurement.sigma**2 * np.broadcast_to(pull, target.shape)
+        np.zeros(K) if prior_rows is None else float(prior_rows) * measurement.sigma**2
     )
-    if values is not None and prior_rows is not None and values.weights.shape[1]:
-        # derived columns: the pseudo-observations g_r . f = g_r . noisy, ridge prior * sd_r^2
-        Fk = np.hstack([Fk, Fk @ values.weights])
-        target = np.concatenate([target, values.target])
-        ridge = np.concatenate(
-            [np.broadcast_to(ridge, (K,)), float(prior_rows) * values.sigma**2 * values.pull]
-        )
-    anchored = anchors is not None and prior_rows is not None and anchors.rows.shape[1] > 0
-    if anchored:
-        assert anchors is not None and prior_rows is not None
-        ridge = np.concatenate(
-            [np.broadcast_to(ridge, (Fk.shape[1],)), float(prior_rows) * anchors.sigma**2]
-        )
-        Fk = np.hstack([Fk, anchors.rows[ok]])
-        target = np.concatenate([target, anchors.target])
+    # the ridge keeps a penalised measure's dual finite: gamma serves the hard projection only
+    gam = np.broadcast_to(np.asarray(gamma if prior_rows is None else 0.0, dtype=np.float64), (K,))
+    if boxes is not None and boxes.columns.shape[1]:
+        Fk = np.hstack([Fk, boxes.columns[ok]])
+        target = np.concatenate([target, boxes.centre])
+        ridge = np.concatenate([ridge, np.zeros(boxes.centre.size)])
+        gam = np.concatenate([gam, boxes.half_width])
     penal = workload.rows(ok) if workload is not None and prior_rows else None
-    smooth_viol: dict[int, float] = {}  # id(solution) -> its largest gradient entry
+    smooth_viol: dict[int, float] = {}  # id(solution) -> its KKT violation
 
-    def plain(tgt: np.ndarray) -> Any:  # the requirements alone (Newton, ~0.3 s here)
-        return solve_dual(Fk, tgt, gamma, method=method, seed=seed, ridge=ridge)
+    def plain(tgt: np.ndarray) -> Any:  # without the workload (Newton, ~0.3 s here)
+        return solve_dual(Fk, tgt, gam, method=method, seed=seed, ridge=ridge)
 
     def joint(tgt: np.ndarray, hint: Any) -> Any:
-        """With the workload penalties (L-BFGS), started from the requirements-only duals
-        ``hint`` at the same target and zero workload duals."""
+        """With the workload penalties (L-BFGS), started from the duals ``hint`` found
+        without them at the same target and zero workload duals."""
         assert penal is not None
         x0 = np.concatenate([hint.lam, np.zeros(penal.size)])
         sol, _, v = solve_penalised(
-            Fk, tgt, np.broadcast_to(ridge, tgt.shape), penal, start=x0, weights=hint.weights
+            Fk, tgt, ridge, penal, gamma=gam, start=x0, weights=hint.weights
         )
         smooth_viol[id(sol)] = v
         return sol
@@ -639,11 +612,15 @@ def iproject(
     m = Fk.shape[0]
     floor = float(ess_floor) * m
     shrink = 1.0
-    sol = plain(target)
-    ess0 = ess(sol)
-    if penal is not None and ess0 >= floor:
-        sol = joint(target, sol)
+    if not move:
+        sol = DualSolution(np.zeros(Fk.shape[1]), np.full(m, 1.0 / m), 0, "none")
+        ess0 = float(m)
+    else:
+        sol = plain(target)
         ess0 = ess(sol)
+        if penal is not None and ess0 >= floor:
+            sol = joint(target, sol)
+            ess0 = ess(sol)
     if ess0 < floor:
         start = Fk.mean(axis=0)
         full = target
@@ -684,13 +661,13 @@ def iproject(
             )
         )
     resid = sol.weights @ Fk - target - ridge * sol.lam
-    # the value pulls' and anchors' columns (after the K measures) count in the KKT check only
+    if penal is None or not move:
+        viol = _kkt(resid, sol.lam, gam) if move else 0.0
+    else:  # the smooth problem's KKT violation, workload duals included, at the kept solution
+        viol = smooth_viol.get(id(sol), _kkt(resid, sol.lam, gam))
+    # the box columns (after the K measures) count in the KKT check only
+    box_cols = Fk[:, K:]
     Fk, target, lam = Fk[:, :K], target[:K], sol.lam[:K]
-    if penal is None:
-        gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), resid.shape)
-        viol = _kkt(resid, sol.lam, gam)
-    else:  # the smooth problem's gradient, workload duals included, at the kept solution
-        viol = float(max(np.max(np.abs(resid), initial=0.0), smooth_viol.get(id(sol), 0.0)))
     if whitened > 3 * math.sqrt(K):  # ||noise / sigma||_2 ~ sqrt(K) (chi with K dof)
         diags.append(
             Diagnostic(
@@ -716,14 +693,10 @@ def iproject(
     wk = sol.weights
     w = np.zeros(F.shape[0])
     w[ok] = wk
-    kept = [F @ keep] if keep is not None else []
-    if anchored:
-        assert anchors is not None
-        kept.append(anchors.rows / anchors.sigma)
-    out = resample(
-        table, w, rows if rows is not None else table.n, seed,
-        keep=np.hstack(kept) if kept else None,
-    )  # fmt: skip
+    keep = None
+    if boxes is not None and box_cols.shape[1]:
+        keep = boxes.columns / boxes.sd
+    out = resample(table, w, rows if rows is not None else table.n, seed, keep=keep)
     nz = sol.weights[sol.weights > 0]
     after = features(measurement.queries, out).mean(axis=0)
     reweighted = wk @ Fk
@@ -740,7 +713,7 @@ def iproject(
         before=Fk.mean(axis=0),
         reweighted=reweighted,
         after=after,
-        gamma=float(np.max(gamma)),
+        gamma=float(np.max(gamma)) if prior_rows is None else 0.0,
         projection_distance=distance,
         kkt_violation=viol,
         kl=float(np.sum(nz * np.log(nz * Fk.shape[0]))),
@@ -754,5 +727,5 @@ def iproject(
         shrink=shrink,
         resampling_shift=float(np.nanmax(shift, initial=0.0)),
         penalty_cells=0 if penal is None else penal.size,
-        pull=np.broadcast_to(np.asarray(pull, dtype=np.float64), (K,)).copy(),
+        boxes=0 if boxes is None else int(boxes.centre.size),
     )
