@@ -59,8 +59,10 @@ def test_chosen_split_reaches_every_tolerance_with_the_least_budget(tmp_path: Pa
     # the pass room is bought cheapest first while the share stays under ROOM_SHARE_CAP: the
     # count's and the mean's fit whole, the correlation's (the dearest) does not, so it gets
     # what is left under the cap: it decides (Z sd <= t) with part of its room
+    # (every column is nullable under the default keep, so each moment requirement is a ratio
+    # to the count of rows where its columns are present: the mean decides, at most with room)
     room = (1 - PASS_ROOM) * mean.tolerance
-    assert Z * mean.predicted_sd == pytest.approx(room, rel=1e-6)
+    assert room * (1 - 1e-6) <= Z * mean.predicted_sd <= mean.tolerance * (1 + 1e-6)
     assert Z * count.predicted_sd < (1 - PASS_ROOM) * count.tolerance
     assert (1 - PASS_ROOM) * corr.tolerance < Z * corr.predicted_sd < corr.tolerance
     assert float(split.share) == pytest.approx(float(ROOM_SHARE_CAP), rel=1e-9)
@@ -204,7 +206,8 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
     assert Z * corr_sd <= (1 - PASS_ROOM / 2) * 0.05
     assert Z * mean_sd <= (1 - PASS_ROOM / 2) * 1.0  # 0.87: its room is planned at 50% rows
     corr_plan = plan.requirement_plans[1]
-    assert corr_sd <= corr_plan.predicted_sd <= 1.25 * corr_sd  # the plan errs on the safe side (1.16)
+    # the plan errs on the safe side: it also counts the noise of the present rows' count
+    assert corr_sd <= corr_plan.predicted_sd <= 1.5 * corr_sd
 
 
 def test_a_large_chosen_share_warns_what_the_synthesizer_loses(tmp_path: Path) -> None:
