@@ -95,3 +95,25 @@ def planned(reqs: tuple, rho: float, n: int, domain: Domain = DOMAIN, share: flo
         },
         split=split,
     )
+
+
+def test_a_constant_count_of_present_rows_is_not_a_support_warning() -> None:
+    """Under missing: keep, a table whose columns are all present has a constant count of
+    present rows (a ratio's denominator): that is no lack of variation; a constant measure of
+    the values still warns (W502)."""
+    import dataclasses
+
+    from dpql.domain import CategoricalColumn, Domain
+    from dpql.plan.ir import CatIn, Count
+    from dpql.plan.requirements import present
+    from dpql.postprocess.iproj import _support_warnings
+
+    a = dataclasses.replace(CategoricalColumn("a", ("x", "y")), nullable=True)
+    b = dataclasses.replace(CategoricalColumn("b", ("u", "v")), nullable=True)
+    domain = Domain((a, b))
+    queries = [Count(present(domain, ["a", "b"])), Count(CatIn("a", frozenset({0})))]
+    varied, constant = np.ones((5, 2)), np.ones((5, 2))
+    varied[:, 1] = [0, 1, 0, 1, 1]
+    constant[:, 0] = [0, 1, 0, 1, 1]
+    assert _support_warnings(varied, queries, domain) == []
+    assert [d.code for d in _support_warnings(constant, queries, domain)] == ["W502"]

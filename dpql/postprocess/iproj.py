@@ -46,7 +46,7 @@ import numpy as np
 from dpql.diagnostics import Diagnostic, DiagnosticError
 from dpql.domain import Domain, EncodedTable
 from dpql.plan.exact import per_row
-from dpql.plan.ir import Query, joint_l2_sensitivity
+from dpql.plan.ir import And, CatIn, Count, Not, Query, TruePred, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
 from dpql.plan.requirements import Release, joint_release, release_rhos
 from dpql.postprocess.dual import (
@@ -59,7 +59,6 @@ from dpql.postprocess.dual import (
 from dpql.privacy.mechanisms import gaussian_sigma
 
 if TYPE_CHECKING:
-
     pass
 
 PHASE = "iproj.measure"
@@ -476,6 +475,8 @@ def _support_warnings(
         )
         return out
     const = np.flatnonzero(np.ptp(F, axis=0) == 0)
+    if len(queries) == F.shape[1]:  # a table with every value present has constant row counts
+        const = np.array([k for k in const if not _presence_count(queries[k], domain)], int)
     if const.size:
         out.append(
             Diagnostic(
@@ -487,6 +488,26 @@ def _support_warnings(
             )
         )
     return out
+
+
+def _presence_count(query: Query, domain: Domain | None) -> bool:
+    """Whether ``query`` counts the rows where some nullable columns hold a value (the
+    denominator of a statistic over present values, ``dpql.plan.requirements.normaliser``)."""
+    if domain is None or not isinstance(query, Count):
+        return isinstance(query, Count) and isinstance(query.predicate, TruePred)
+    pred = query.predicate
+    items = pred.items if isinstance(pred, And) else (pred,)
+    return all(
+        isinstance(p, TruePred)
+        or (
+            isinstance(p, Not)
+            and isinstance(p.item, CatIn)
+            and p.item.column in domain
+            and domain[p.item.column].nullable
+            and p.item.codes == frozenset({domain[p.item.column].null_code})
+        )
+        for p in items
+    )
 
 
 def _query_text(queries: Sequence[Query], cell: int, K: int, domain: Domain | None = None) -> str:
@@ -579,9 +600,7 @@ def iproject(
         # breaks an identity between the measures (count(a) + count(not a) = 1) is removed by
         # the affine projection exactly, so it does not trigger this bias.
         target = (1 - eta) * target + eta * Fk.mean(axis=0)
-    ridge = (
-        np.zeros(K) if prior_rows is None else float(prior_rows) * measurement.sigma**2
-    )
+    ridge = np.zeros(K) if prior_rows is None else float(prior_rows) * measurement.sigma**2
     # the ridge keeps a penalised measure's dual finite: gamma serves the hard projection only
     gam = np.broadcast_to(np.asarray(gamma if prior_rows is None else 0.0, dtype=np.float64), (K,))
     if boxes is not None and boxes.columns.shape[1]:
