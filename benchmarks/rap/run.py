@@ -111,19 +111,23 @@ def _frame_from_bins(codes: dict[str, np.ndarray], domain, rng: np.random.Genera
     out: dict[str, Any] = {}
     for col in domain:
         c = np.asarray(codes[col.name], dtype=np.int64)
+        null = c == col.null_code if col.nullable else np.zeros(c.size, bool)
         if isinstance(col, CategoricalColumn):
-            out[col.name] = np.asarray(col.values, dtype=object)[c]
+            out[col.name] = np.asarray([*col.values, None][: col.card], dtype=object)[c]
             continue
+        c = np.minimum(c, len(col.edges) - 2)  # the null code decodes to NaN below
         lo_e = np.asarray(col.edges[:-1])[c]
         hi_e = np.asarray(col.edges[1:])[c]
         if col.integer:
             first = np.ceil(lo_e)
-            last = np.where(c == col.card - 1, np.floor(hi_e), np.ceil(hi_e) - 1)
+            last = np.where(c == len(col.edges) - 2, np.floor(hi_e), np.ceil(hi_e) - 1)
             last = np.minimum(np.maximum(last, first), col.hi)
-            x = first + np.floor(rng.random(c.size) * (last - first + 1))
-            out[col.name] = np.clip(x, col.lo, col.hi).astype(np.int64)
+            x = np.clip(first + np.floor(rng.random(c.size) * (last - first + 1)), col.lo, col.hi)
+            out[col.name] = pd.array(np.where(null, 0, x).astype(np.int64), dtype="Int64")
+            out[col.name][null] = pd.NA
         else:
-            out[col.name] = np.clip(lo_e + rng.random(c.size) * (hi_e - lo_e), col.lo, col.hi)
+            x = np.clip(lo_e + rng.random(c.size) * (hi_e - lo_e), col.lo, col.hi)
+            out[col.name] = np.where(null, np.nan, x)
     return pd.DataFrame(out)
 
 

@@ -138,8 +138,9 @@ def write_spec(
         spec["synthesizer"]["options"] = {**spec["synthesizer"].get("options", {}), **options}
     out_dir.mkdir(parents=True, exist_ok=True)
     spec["output"] = {
-        "path": str(out_dir / f"{tag}.csv"),
-        "provenance": str(out_dir / f"{tag}.provenance.json"),
+        # published files in out/, the curator file beside the spec (never in the published one)
+        "path": str(out_dir / "out" / f"{tag}.csv"),
+        "provenance": str(out_dir / "out" / f"{tag}.provenance.json"),
     }
     path = out_dir / f"{tag}.release.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
