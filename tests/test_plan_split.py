@@ -56,16 +56,14 @@ def test_chosen_split_reaches_every_tolerance_with_the_least_budget(tmp_path: Pa
     # logistic's release, so their inverse-variance averages are better), so a smaller
     # share would miss one of them
     logit, corr, mean, count = plan.requirement_plans
-    # the pass room is bought cheapest first while the share stays under ROOM_SHARE_CAP: the
-    # count's and the mean's fit whole, the correlation's (the dearest) does not, so it gets
-    # what is left under the cap: it decides (Z sd <= t) with part of its room
-    # (every column is nullable under the default keep, so each moment requirement is a ratio
-    # to the count of rows where its columns are present: the mean decides, at most with room)
-    room = (1 - PASS_ROOM) * mean.tolerance
-    assert room * (1 - 1e-6) <= Z * mean.predicted_sd <= mean.tolerance * (1 + 1e-6)
-    assert Z * count.predicted_sd < (1 - PASS_ROOM) * count.tolerance
-    assert (1 - PASS_ROOM) * corr.tolerance < Z * corr.predicted_sd < corr.tolerance
-    assert float(split.share) == pytest.approx(float(ROOM_SHARE_CAP), rel=1e-9)
+    # the pass room is bought cheapest first while the share stays under ROOM_SHARE_CAP; every
+    # column is nullable under the default keep, so each moment requirement is a ratio to the
+    # count of rows where its columns are present, and deciding every tolerance alone takes
+    # the share to the cap or beyond: each requirement decides (Z sd <= t), with room only
+    # where the cap leaves some
+    for rp in (corr, mean, count):
+        assert Z * rp.predicted_sd <= rp.tolerance * (1 + 1e-6)
+    assert float(split.share) >= float(ROOM_SHARE_CAP) * (1 - 1e-9)
     assert logit.predicted_sd == pytest.approx(ACCEPT_SD_FRACTION * 0.02, rel=1e-6)
     # one release per requirement plus the tests; the share is the sum of what they need
     lines = [x for x in plan.table.lines if x.phase in ("iproj.measure", "accept.test")]

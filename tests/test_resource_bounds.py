@@ -68,17 +68,29 @@ def _small_spec(source: Path, folder: Path, synth: str) -> Path:
     return spec
 
 
+# A forked child's peak RSS counts the parent's pages until it execs, so a compile started from
+# the test process (large after many tests) would report the test's size: a small Python process
+# starts the compile and reports its grandchild's peak instead.
+_WRAPPER = """
+import os, subprocess, sys
+proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
+_, status, usage = os.wait4(proc.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss * 1024)
+"""
+
+
 def _peak_of_compile(spec: Path) -> int:
-    """Peak RSS (bytes) of one ``dpql compile`` child, from the kernel's rusage of it."""
+    """Peak RSS (bytes) of one ``dpql compile`` process, from the kernel's rusage of it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "dpql.cli", "compile", str(spec), "--quiet", "--seed", "0"]
     log = spec.with_suffix(".log")
     with log.open("wb") as f:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=f)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    assert proc.returncode == 0, log.read_text()[-2000:]
-    return usage.ru_maxrss * 1024
+        done = subprocess.run(
+            [sys.executable, "-c", _WRAPPER, *cmd], env=env, stdout=subprocess.PIPE, stderr=f
+        )
+    code, peak = (int(x) for x in done.stdout.split())
+    assert done.returncode == 0 and code == 0, log.read_text()[-2000:]
+    return peak
 
 
 def _estimate(spec: Path) -> int:

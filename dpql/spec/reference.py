@@ -124,6 +124,7 @@ NOTES: dict[str, str] = {
     "Policy.forbidden_columns": "Columns that must never be released (case-insensitive).",
     "Policy.allowed_methods": "Synthesizer and post-processing methods a release may use.",
     "Policy.require": "Further rules (section below).",
+    "Policy.max_minutes": "Longest compile time the plan may estimate (CI refuses longer specs).",
     "PolicyRequire.public_bounds": "Every numeric column has public min/max, every "
     "categorical its values.",
     "PolicyRequire.delta_below_inverse_rows": "delta < 1/rows.",
@@ -212,6 +213,7 @@ EXAMPLES: dict[str, str] = {
     "Policy.lifetime": "lifetime: {epsilon: 8.0, ledger: privacy-ledger.jsonl}",
     "Policy.forbidden_columns": "forbidden_columns: [ssn, name, email]",
     "Policy.allowed_methods": "allowed_methods: [auto, aim, rap, iproj]",
+    "Policy.max_minutes": "max_minutes: 30",
     "Policy.require": "require: {public_bounds: true}",
     "Lifetime.epsilon": "epsilon: 8.0",
     "Lifetime.delta": "delta: 1.0e-5",
