@@ -20,10 +20,14 @@ What the plan fixes, per budget-table line (:class:`dpql.privacy.budget.BudgetLi
 event must match (relative tolerance :data:`REL_TOL`):
 
 * Gaussian and Gumbel lines: one event per release with the line's mechanism, phase and rho.
-  Outside adaptive phases also its noise scale and hence its L2 sensitivity. In an adaptive
-  phase (one with a Gumbel selection, such as a RAP++ round) which queries are measured is a DP
-  output, so the Gaussian's sensitivity and count are not fixed, only its rho; the Gumbel
-  selects at most the planned number of queries, so its scale is at most the plan's.
+  Outside adaptive phases also its noise scale, its L2 sensitivity and its count (the values it
+  releases: the cells of the line's queries), exactly. In an adaptive phase (one with a Gumbel
+  selection, such as a RAP++ round) which queries are measured is a DP output: the record lists
+  them (``synthesizer.selected``, indices into the plan's candidates of the round), and the
+  Gaussian's count, L2 sensitivity and noise scale must be those of the listed queries, exactly.
+  A backend that does not list its selections (AIM) has its Gaussian counts bounded by
+  :func:`released_values_bound` only. The Gumbel selects at most the planned number of queries,
+  so its scale is at most the plan's.
 * DP-SGD lines: the noise multiplier and the number of steps, and where the backend's plan
   lists its events (``plan.synth.config.events()``), the sampling rate and clip norm.
 * The external line: the charged (epsilon, delta) of the plan's budget, and the declared
@@ -160,7 +164,9 @@ def replan_problems(record: Mapping[str, Any], name: Path) -> list[VerifyProblem
             )
         )
     events = [PrivacyEvent.from_json(e) for e in record["privacy"]["events"]]
-    problems += event_problems(events, plan)
+    synthesizer = record.get("synthesizer")
+    selected = synthesizer.get("selected") if isinstance(synthesizer, Mapping) else None
+    problems += event_problems(events, plan, selected)
     return problems
 
 
@@ -239,13 +245,19 @@ def _close(a: float, b: float) -> bool:
 class PlannedEvent:
     """One ledger event the plan schedules: its budget-table ``line`` (number ``index``), the
     phase its event records, whether its phase is adaptive (has a Gumbel selection), and for
-    DP-SGD the backend's planned event (sampling rate, clip norm) when it lists one."""
+    DP-SGD the backend's planned event (sampling rate, clip norm) when it lists one. For a
+    Gaussian, ``count`` and ``l2`` are the values it releases and its L2 sensitivity where the
+    plan or the record's selections fix them, and ``unlisted`` says why an adaptive one's
+    queries are unknown where its backend lists them."""
 
     line: BudgetLine
     index: int
     phase: str
     adaptive: bool
     planned: PrivacyEvent | None = None
+    count: int | None = None
+    l2: float | None = None
+    unlisted: str | None = None
 
     def describe(self) -> str:
         rho = (
@@ -268,11 +280,58 @@ def event_phase(line: BudgetLine) -> str:
     return phase.removeprefix("gan.")
 
 
-def planned_events(plan: Any) -> list[PlannedEvent]:
+def _rap_schedule(plan: Any) -> Any:
+    """The RAP++ schedule of ``plan`` (None for another backend)."""
+    from dpql.synth.rap.schedule import RapSchedule
+
+    config = getattr(plan.synth, "config", None)
+    if isinstance(config, tuple) and config and isinstance(config[0], RapSchedule):
+        return config[0]
+    return None
+
+
+def _selected_event(
+    line: BudgetLine, index: int, schedule: Any, entry: Any, cards: dict[str, int]
+) -> PlannedEvent:
+    """The adaptive Gaussian of RAP++ line ``line`` (phase ``rap.KIND[i]``) that measured the
+    queries at ``entry`` (indices into round ``i``'s candidates; None: not listed)."""
+    from dpql.plan.ir import joint_l2_sensitivity
+    from dpql.plan.resolve import query_cells
+
+    phase = event_phase(line)
+    if entry is None:
+        why = "the record does not list the queries it measured (synthesizer.selected)"
+        return PlannedEvent(line, index, phase, True, unlisted=why)
+    kind = schedule.rounds[int(line.phase[line.phase.index("[") + 1 : -1])].kind
+    pool = schedule.marginal_candidates if kind == "marginal" else schedule.threshold_candidates
+    if not (
+        isinstance(entry, list)
+        and entry
+        and all(type(k) is int and 0 <= k < len(pool) for k in entry)
+        and len(set(entry)) == len(entry)
+    ):
+        why = (
+            f"its listed queries (synthesizer.selected) are not distinct indices below "
+            f"{len(pool)}, the plan's {kind} candidates"
+        )
+        return PlannedEvent(line, index, phase, True, unlisted=why)
+    queries = [pool[k] for k in entry]
+    count = sum(query_cells(q, cards) for q in queries)
+    assert line.n is not None
+    return PlannedEvent(
+        line, index, phase, True, count=count, l2=joint_l2_sensitivity(queries, line.n)
+    )
+
+
+def planned_events(plan: Any, selected: Sequence[Any] | None = None) -> list[PlannedEvent]:
     """The events ``plan`` schedules, in ledger order (one per zCDP release of each line, one
     per DP-SGD phase, one for an external table). A zCDP line of rho 0 or infinite noise
-    spends nothing and schedules no event."""
+    spends nothing and schedules no event. ``selected``: the record's
+    ``synthesizer.selected``, the queries of each adaptive RAP++ measurement in order."""
     lines: Sequence[BudgetLine] = plan.table.lines
+    schedule = _rap_schedule(plan)
+    entries = iter(selected if isinstance(selected, list) else [])
+    cards = {c.name: c.card for c in plan.spec.domain}
     selecting = {line.phase for line in lines if line.mechanism == "gumbel_top_k"}
     listed = getattr(plan.synth.config, "events", None)
     backend_events = list(listed()) if callable(listed) else []
@@ -283,7 +342,11 @@ def planned_events(plan: Any) -> list[PlannedEvent]:
             rho, scale = line.rho_per_release, line.noise_scale
             if not (rho and rho > 0 and scale is not None and math.isfinite(scale)):
                 continue
-            out += [PlannedEvent(line, i, event_phase(line), adaptive)] * line.releases
+            if adaptive and schedule is not None and line.mechanism == "gaussian":
+                out.append(_selected_event(line, i, schedule, next(entries, None), cards))
+                continue
+            planned = PlannedEvent(line, i, event_phase(line), adaptive, count=line.count)
+            out += [planned] * line.releases
         else:
             phase = event_phase(line)
             match = next((e for e in backend_events if e.phase == phase), None)
@@ -324,9 +387,7 @@ def event_differences(
     if event.phase != expected.phase:
         out.append(f"phase {event.phase!r}, the plan's {expected.phase!r}")
     if event.mechanism == "gaussian":
-        most = released_values_bound(plan) if bound is None else bound
-        if event.count > most:
-            out.append(f"count {event.count:,}, more values than the plan can release ({most:,})")
+        out += _count_differences(event, expected, plan, bound)
     if event.mechanism in ZCDP_MECHANISMS:
         out += _zcdp_differences(event, expected)
     elif event.mechanism == "dpsgd":
@@ -334,6 +395,22 @@ def event_differences(
     else:
         out += _external_differences(event, plan)
     return out
+
+
+def _count_differences(
+    event: PrivacyEvent, expected: PlannedEvent, plan: Any, bound: int | None
+) -> list[str]:
+    if expected.unlisted is not None:
+        return [expected.unlisted]
+    if expected.count is not None:
+        if event.count == expected.count:
+            return []
+        whose = "its listed queries'" if expected.adaptive else "the plan's"
+        return [f"count {event.count:,}, {whose} {expected.count:,}"]
+    most = released_values_bound(plan) if bound is None else bound
+    if event.count > most:
+        return [f"count {event.count:,}, more values than the plan can release ({most:,})"]
+    return []
 
 
 def _differs(name: str, got: float | None, want: float | None) -> list[str]:
@@ -357,6 +434,10 @@ def _zcdp_differences(event: PrivacyEvent, expected: PlannedEvent) -> list[str]:
         out += _differs("noise_scale", event.noise_scale, line.noise_scale)
         l2 = line.noise_scale * math.sqrt(2 * line.rho_per_release)
         out += _differs("l2_sensitivity", event.l2_sensitivity, l2)
+    elif expected.l2 is not None:  # an adaptive release of listed queries
+        sigma = expected.l2 / math.sqrt(2 * line.rho_per_release)
+        out += _differs("noise_scale", event.noise_scale, sigma)
+        out += _differs("l2_sensitivity", event.l2_sensitivity, expected.l2)
     return out
 
 
@@ -386,12 +467,14 @@ def _external_differences(event: PrivacyEvent, plan: Any) -> list[str]:
     return out
 
 
-def event_problems(events: Sequence[PrivacyEvent], plan: Any) -> list[VerifyProblem]:
+def event_problems(
+    events: Sequence[PrivacyEvent], plan: Any, selected: Sequence[Any] | None = None
+) -> list[VerifyProblem]:
     """``V016`` for each event that differs from the planned one in its place or is not in the
     plan, ``V017`` for each planned event the record lacks. Events are aligned with the plan in
     order; an event that matches a later planned one means the planned ones between are
-    missing."""
-    expected = planned_events(plan)
+    missing. ``selected``: the record's ``synthesizer.selected`` (:func:`planned_events`)."""
+    expected = planned_events(plan, selected)
     if len(events) > 2 * len(expected) + MAX_LISTED:  # not worth aligning (and bounded work)
         return [
             VerifyProblem(

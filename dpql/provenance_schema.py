@@ -365,7 +365,22 @@ def record_schema() -> dict[str, Any]:
                     }
                 ),
                 "synthesizer": _object(
-                    {"method": {"enum": ["rap", "gan", "external", "aim", "auto"]}}, closed=False
+                    {
+                        "method": {"enum": ["rap", "gan", "external", "aim", "auto"]},
+                        "selected": {
+                            "type": "array",
+                            "items": {
+                                "type": "array",
+                                "items": {"type": "integer", "minimum": 0},
+                            },
+                            "description": "Per adaptive measurement, in ledger order, the "
+                            "queries it measured as indices into the plan's candidates of its "
+                            "round (post-processing of the selections, public); dpql verify "
+                            "derives each such event's count and L2 sensitivity from them.",
+                        },
+                    },
+                    ["method"],
+                    closed=False,
                 ),
                 "postprocess": {
                     "oneOf": [{"type": "null"}, {"$ref": "#/$defs/postprocess"}],
