@@ -22,12 +22,10 @@ event must match (relative tolerance :data:`REL_TOL`):
 * Gaussian and Gumbel lines: one event per release with the line's mechanism, phase and rho.
   Outside adaptive phases also its noise scale, its L2 sensitivity and its count (the values it
   releases: the cells of the line's queries), exactly. In an adaptive phase (one with a Gumbel
-  selection, such as a RAP++ round) which queries are measured is a DP output: the record lists
-  them (``synthesizer.selected``, indices into the plan's candidates of the round), and the
-  Gaussian's count, L2 sensitivity and noise scale must be those of the listed queries, exactly.
-  A backend that does not list its selections (AIM) has its Gaussian counts bounded by
-  :func:`released_values_bound` only. The Gumbel selects at most the planned number of queries,
-  so its scale is at most the plan's.
+  selection, such as a RAP++ or AIM round) which queries are measured is a DP output: the record
+  lists them (:func:`listed_queries`), and the Gaussian's count, L2 sensitivity and noise scale
+  must be those of the listed queries, exactly. The Gumbel selects at most the planned number
+  of queries, so its scale is at most the plan's.
 * DP-SGD lines: the noise multiplier and the number of steps, and where the backend's plan
   lists its events (``plan.synth.config.events()``), the sampling rate and clip norm.
 * The external line: the charged (epsilon, delta) of the plan's budget, and the declared
@@ -164,9 +162,7 @@ def replan_problems(record: Mapping[str, Any], name: Path) -> list[VerifyProblem
             )
         )
     events = [PrivacyEvent.from_json(e) for e in record["privacy"]["events"]]
-    synthesizer = record.get("synthesizer")
-    selected = synthesizer.get("selected") if isinstance(synthesizer, Mapping) else None
-    problems += event_problems(events, plan, selected)
+    problems += event_problems(events, plan, record.get("synthesizer"))
     return problems
 
 
@@ -280,61 +276,92 @@ def event_phase(line: BudgetLine) -> str:
     return phase.removeprefix("gan.")
 
 
-def _rap_schedule(plan: Any) -> Any:
-    """The RAP++ schedule of ``plan`` (None for another backend)."""
+def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
+    """The queries each adaptive Gaussian release of ``plan`` measured, in ledger order, as the
+    record's ``synthesizer`` section lists them: RAP++ ``round_queries`` (per selecting round,
+    indices into the plan's candidates of the round's kind), AIM ``selected`` (the picked
+    cliques, ``s.picks(i)`` per round). A string in place of a list says why a release's
+    queries are not resolved; None: ``plan``'s backend lists no selections. Public: the plan
+    and the record."""
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import AimSchedule
     from dpql.synth.rap.schedule import RapSchedule
 
     config = getattr(plan.synth, "config", None)
-    if isinstance(config, tuple) and config and isinstance(config[0], RapSchedule):
-        return config[0]
-    return None
+    schedule = config[0] if isinstance(config, tuple) and config else None
+    section = synthesizer if isinstance(synthesizer, Mapping) else {}
+    if isinstance(schedule, RapSchedule):
+        rounds = [r for r in schedule.rounds if r.kind != "init"]
+        pools = [
+            schedule.marginal_candidates if r.kind == "marginal" else schedule.threshold_candidates
+            for r in rounds
+        ]
+        entries = section.get("round_queries")
+        key = "round_queries"
+    elif isinstance(schedule, AimSchedule):
+        known = set(schedule.candidates) | set(schedule.tree_pairs)
+        pools = [tuple(sorted(known))] * len(schedule.rounds)
+        picks = [schedule.picks(i) for i in range(len(schedule.rounds))]
+        flat = section.get("selected")
+        entries = None
+        key = "selected"
+        if isinstance(flat, list) and len(flat) == sum(picks):
+            index = {cl: k for k, cl in enumerate(pools[0] if pools else ())}
+            ends = [sum(picks[: i + 1]) for i in range(len(picks))]
+            entries = [
+                [index.get(tuple(cl), -1) if isinstance(cl, list) else -1 for cl in flat[e - p : e]]
+                for e, p in zip(ends, picks, strict=True)
+            ]
+    else:
+        return None
+    if not isinstance(entries, list) or len(entries) != len(pools):
+        why = f"the record does not list the queries it measured (synthesizer.{key})"
+        return [why] * len(pools)
+    out: list[list[Any] | str] = []
+    for entry, pool in zip(entries, pools, strict=True):
+        if not (
+            isinstance(entry, list)
+            and entry
+            and all(type(k) is int and 0 <= k < len(pool) for k in entry)
+            and len(set(entry)) == len(entry)
+        ):
+            out.append(
+                f"its listed queries (synthesizer.{key}) are not among the plan's candidates"
+            )
+            continue
+        picked = [pool[k] for k in entry]
+        out.append([Marginal(q) if isinstance(q, tuple) else q for q in picked])
+    return out
 
 
-def _selected_event(
-    line: BudgetLine, index: int, schedule: Any, entry: Any, cards: dict[str, int]
+def _listed_event(
+    line: BudgetLine, index: int, listed: list[Any] | str, cards: dict[str, int]
 ) -> PlannedEvent:
-    """The adaptive Gaussian of RAP++ line ``line`` (phase ``rap.KIND[i]``) that measured the
-    queries at ``entry`` (indices into round ``i``'s candidates; None: not listed)."""
+    """The adaptive Gaussian of ``line`` that measured the ``listed`` queries (a string: why
+    they are not known): its count is their cells, its L2 sensitivity theirs at the public n."""
     from dpql.plan.ir import joint_l2_sensitivity
     from dpql.plan.resolve import query_cells
 
     phase = event_phase(line)
-    if entry is None:
-        why = "the record does not list the queries it measured (synthesizer.selected)"
-        return PlannedEvent(line, index, phase, True, unlisted=why)
-    kind = schedule.rounds[int(line.phase[line.phase.index("[") + 1 : -1])].kind
-    pool = schedule.marginal_candidates if kind == "marginal" else schedule.threshold_candidates
-    if not (
-        isinstance(entry, list)
-        and entry
-        and all(type(k) is int and 0 <= k < len(pool) for k in entry)
-        and len(set(entry)) == len(entry)
-    ):
-        why = (
-            f"its listed queries (synthesizer.selected) are not distinct indices below "
-            f"{len(pool)}, the plan's {kind} candidates"
-        )
-        return PlannedEvent(line, index, phase, True, unlisted=why)
-    queries = [pool[k] for k in entry]
-    count = sum(query_cells(q, cards) for q in queries)
-    assert line.n is not None
-    return PlannedEvent(
-        line, index, phase, True, count=count, l2=joint_l2_sensitivity(queries, line.n)
-    )
+    if isinstance(listed, str) or line.n is None:
+        return PlannedEvent(line, index, phase, True, unlisted=str(listed))
+    count = sum(query_cells(q, cards) for q in listed)
+    l2 = joint_l2_sensitivity(listed, line.n)
+    return PlannedEvent(line, index, phase, True, count=count, l2=l2)
 
 
-def planned_events(plan: Any, selected: Sequence[Any] | None = None) -> list[PlannedEvent]:
+def planned_events(plan: Any, synthesizer: Any = None) -> list[PlannedEvent]:
     """The events ``plan`` schedules, in ledger order (one per zCDP release of each line, one
     per DP-SGD phase, one for an external table). A zCDP line of rho 0 or infinite noise
-    spends nothing and schedules no event. ``selected``: the record's
-    ``synthesizer.selected``, the queries of each adaptive RAP++ measurement in order."""
+    spends nothing and schedules no event. ``synthesizer``: the record's section of that name,
+    whose selections fix the adaptive Gaussian releases (:func:`listed_queries`)."""
     lines: Sequence[BudgetLine] = plan.table.lines
-    schedule = _rap_schedule(plan)
-    entries = iter(selected if isinstance(selected, list) else [])
+    listed = listed_queries(plan, synthesizer)
+    entries = iter(listed or [])
     cards = {c.name: c.card for c in plan.spec.domain}
     selecting = {line.phase for line in lines if line.mechanism == "gumbel_top_k"}
-    listed = getattr(plan.synth.config, "events", None)
-    backend_events = list(listed()) if callable(listed) else []
+    listed_events = getattr(plan.synth.config, "events", None)
+    backend_events = list(listed_events()) if callable(listed_events) else []
     out = []
     for i, line in enumerate(lines):
         adaptive = line.phase in selecting
@@ -342,8 +369,10 @@ def planned_events(plan: Any, selected: Sequence[Any] | None = None) -> list[Pla
             rho, scale = line.rho_per_release, line.noise_scale
             if not (rho and rho > 0 and scale is not None and math.isfinite(scale)):
                 continue
-            if adaptive and schedule is not None and line.mechanism == "gaussian":
-                out.append(_selected_event(line, i, schedule, next(entries, None), cards))
+            if adaptive and listed is not None and line.mechanism == "gaussian":
+                out.append(
+                    _listed_event(line, i, next(entries, "no selection listed for it"), cards)
+                )
                 continue
             planned = PlannedEvent(line, i, event_phase(line), adaptive, count=line.count)
             out += [planned] * line.releases
@@ -468,13 +497,13 @@ def _external_differences(event: PrivacyEvent, plan: Any) -> list[str]:
 
 
 def event_problems(
-    events: Sequence[PrivacyEvent], plan: Any, selected: Sequence[Any] | None = None
+    events: Sequence[PrivacyEvent], plan: Any, synthesizer: Any = None
 ) -> list[VerifyProblem]:
     """``V016`` for each event that differs from the planned one in its place or is not in the
     plan, ``V017`` for each planned event the record lacks. Events are aligned with the plan in
     order; an event that matches a later planned one means the planned ones between are
-    missing. ``selected``: the record's ``synthesizer.selected`` (:func:`planned_events`)."""
-    expected = planned_events(plan, selected)
+    missing. ``synthesizer``: the record's section of that name (:func:`planned_events`)."""
+    expected = planned_events(plan, synthesizer)
     if len(events) > 2 * len(expected) + MAX_LISTED:  # not worth aligning (and bounded work)
         return [
             VerifyProblem(

@@ -367,16 +367,24 @@ def record_schema() -> dict[str, Any]:
                 "synthesizer": _object(
                     {
                         "method": {"enum": ["rap", "gan", "external", "aim", "auto"]},
-                        "selected": {
+                        "round_queries": {
                             "type": "array",
                             "items": {
                                 "type": "array",
                                 "items": {"type": "integer", "minimum": 0},
                             },
-                            "description": "Per adaptive measurement, in ledger order, the "
-                            "queries it measured as indices into the plan's candidates of its "
-                            "round (post-processing of the selections, public); dpql verify "
-                            "derives each such event's count and L2 sensitivity from them.",
+                            "description": "RAP++: per selecting round, the queries it "
+                            "measured as indices into the plan's candidates of the round's kind "
+                            "(post-processing of the selections, public); dpql verify derives "
+                            "each round's Gaussian count, L2 sensitivity and noise scale from "
+                            "them.",
+                        },
+                        "selected": {
+                            "type": "array",
+                            "items": {"type": "array", "items": {"type": "string"}},
+                            "description": "AIM: the cliques picked, round by round (the "
+                            "plan's picks per round); dpql verify derives each round's Gaussian "
+                            "count, L2 sensitivity and noise scale from them.",
                         },
                     },
                     ["method"],

@@ -104,7 +104,7 @@ class RapBackend:
             "options": dict(plan.options),
             "rounds": res.rounds,
             "measured_queries": len(res.measured),
-            "selected": [list(s) for s in res.selected],
+            "round_queries": [list(s) for s in res.selected],
         }
         if res.measured:  # errors against the *noisy* measurements, never the real data
             answers = answer_all(list(res.measured), res.table)
