@@ -276,6 +276,15 @@ def event_phase(line: BudgetLine) -> str:
     return phase.removeprefix("gan.")
 
 
+def backend_config(plan: Any) -> Any:
+    """The config of the backend that runs ``plan``: ``method: auto`` delegates to the plan of
+    the backend it picks (``config == (name, plan)``)."""
+    config = getattr(plan.synth, "config", None)
+    while isinstance(config, tuple) and len(config) == 2 and hasattr(config[1], "config"):
+        config = config[1].config
+    return config
+
+
 def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
     """The queries each adaptive Gaussian release of ``plan`` measured, in ledger order, as the
     record's ``synthesizer`` section lists them: RAP++ ``round_queries`` (per selecting round,
@@ -287,7 +296,7 @@ def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
     from dpql.synth.aim import AimSchedule
     from dpql.synth.rap.schedule import RapSchedule
 
-    config = getattr(plan.synth, "config", None)
+    config = backend_config(plan)
     schedule = config[0] if isinstance(config, tuple) and config else None
     section = synthesizer if isinstance(synthesizer, Mapping) else {}
     if isinstance(schedule, RapSchedule):
@@ -360,7 +369,7 @@ def planned_events(plan: Any, synthesizer: Any = None) -> list[PlannedEvent]:
     entries = iter(listed or [])
     cards = {c.name: c.card for c in plan.spec.domain}
     selecting = {line.phase for line in lines if line.mechanism == "gumbel_top_k"}
-    listed_events = getattr(plan.synth.config, "events", None)
+    listed_events = getattr(backend_config(plan), "events", None)
     backend_events = list(listed_events()) if callable(listed_events) else []
     out = []
     for i, line in enumerate(lines):
