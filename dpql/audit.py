@@ -20,10 +20,12 @@ What the plan fixes, per budget-table line (:class:`dpql.privacy.budget.BudgetLi
 event must match (relative tolerance :data:`REL_TOL`):
 
 * Gaussian and Gumbel lines: one event per release with the line's mechanism, phase and rho.
-  Outside adaptive phases also its noise scale and hence its L2 sensitivity. In an adaptive
-  phase (one with a Gumbel selection, such as a RAP++ round) which queries are measured is a DP
-  output, so the Gaussian's sensitivity and count are not fixed, only its rho; the Gumbel
-  selects at most the planned number of queries, so its scale is at most the plan's.
+  Outside adaptive phases also its noise scale, its L2 sensitivity and its count (the values it
+  releases: the cells of the line's queries), exactly. In an adaptive phase (one with a Gumbel
+  selection, such as a RAP++ or AIM round) which queries are measured is a DP output: the record
+  lists them (:func:`listed_queries`), and the Gaussian's count, L2 sensitivity and noise scale
+  must be those of the listed queries, exactly. The Gumbel selects at most the planned number
+  of queries, so its scale is at most the plan's.
 * DP-SGD lines: the noise multiplier and the number of steps, and where the backend's plan
   lists its events (``plan.synth.config.events()``), the sampling rate and clip norm.
 * The external line: the charged (epsilon, delta) of the plan's budget, and the declared
@@ -160,7 +162,7 @@ def replan_problems(record: Mapping[str, Any], name: Path) -> list[VerifyProblem
             )
         )
     events = [PrivacyEvent.from_json(e) for e in record["privacy"]["events"]]
-    problems += event_problems(events, plan)
+    problems += event_problems(events, plan, record.get("synthesizer"))
     return problems
 
 
@@ -239,13 +241,19 @@ def _close(a: float, b: float) -> bool:
 class PlannedEvent:
     """One ledger event the plan schedules: its budget-table ``line`` (number ``index``), the
     phase its event records, whether its phase is adaptive (has a Gumbel selection), and for
-    DP-SGD the backend's planned event (sampling rate, clip norm) when it lists one."""
+    DP-SGD the backend's planned event (sampling rate, clip norm) when it lists one. For a
+    Gaussian, ``count`` and ``l2`` are the values it releases and its L2 sensitivity where the
+    plan or the record's selections fix them, and ``unlisted`` says why an adaptive one's
+    queries are unknown where its backend lists them."""
 
     line: BudgetLine
     index: int
     phase: str
     adaptive: bool
     planned: PrivacyEvent | None = None
+    count: int | None = None
+    l2: float | None = None
+    unlisted: str | None = None
 
     def describe(self) -> str:
         rho = (
@@ -268,14 +276,101 @@ def event_phase(line: BudgetLine) -> str:
     return phase.removeprefix("gan.")
 
 
-def planned_events(plan: Any) -> list[PlannedEvent]:
+def backend_config(plan: Any) -> Any:
+    """The config of the backend that runs ``plan``: ``method: auto`` delegates to the plan of
+    the backend it picks (``config == (name, plan)``)."""
+    config = getattr(plan.synth, "config", None)
+    while isinstance(config, tuple) and len(config) == 2 and hasattr(config[1], "config"):
+        config = config[1].config
+    return config
+
+
+def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
+    """The queries each adaptive Gaussian release of ``plan`` measured, in ledger order, as the
+    record's ``synthesizer`` section lists them: RAP++ ``round_queries`` (per selecting round,
+    indices into the plan's candidates of the round's kind), AIM ``selected`` (the picked
+    cliques, ``s.picks(i)`` per round). A string in place of a list says why a release's
+    queries are not resolved; None: ``plan``'s backend lists no selections. Public: the plan
+    and the record."""
+    from dpql.plan.ir import Marginal
+    from dpql.synth.aim import AimSchedule
+    from dpql.synth.rap.schedule import RapSchedule
+
+    config = backend_config(plan)
+    schedule = config[0] if isinstance(config, tuple) and config else None
+    section = synthesizer if isinstance(synthesizer, Mapping) else {}
+    if isinstance(schedule, RapSchedule):
+        rounds = [r for r in schedule.rounds if r.kind != "init"]
+        pools = [
+            schedule.marginal_candidates if r.kind == "marginal" else schedule.threshold_candidates
+            for r in rounds
+        ]
+        entries = section.get("round_queries")
+        key = "round_queries"
+    elif isinstance(schedule, AimSchedule):
+        known = set(schedule.candidates) | set(schedule.tree_pairs)
+        pools = [tuple(sorted(known))] * len(schedule.rounds)
+        picks = [schedule.picks(i) for i in range(len(schedule.rounds))]
+        flat = section.get("selected")
+        entries = None
+        key = "selected"
+        if isinstance(flat, list) and len(flat) == sum(picks):
+            index = {cl: k for k, cl in enumerate(pools[0] if pools else ())}
+            ends = [sum(picks[: i + 1]) for i in range(len(picks))]
+            entries = [
+                [index.get(tuple(cl), -1) if isinstance(cl, list) else -1 for cl in flat[e - p : e]]
+                for e, p in zip(ends, picks, strict=True)
+            ]
+    else:
+        return None
+    if not isinstance(entries, list) or len(entries) != len(pools):
+        why = f"the record does not list the queries it measured (synthesizer.{key})"
+        return [why] * len(pools)
+    out: list[list[Any] | str] = []
+    for entry, pool in zip(entries, pools, strict=True):
+        if not (
+            isinstance(entry, list)
+            and entry
+            and all(type(k) is int and 0 <= k < len(pool) for k in entry)
+            and len(set(entry)) == len(entry)
+        ):
+            out.append(
+                f"its listed queries (synthesizer.{key}) are not among the plan's candidates"
+            )
+            continue
+        picked = [pool[k] for k in entry]
+        out.append([Marginal(q) if isinstance(q, tuple) else q for q in picked])
+    return out
+
+
+def _listed_event(
+    line: BudgetLine, index: int, listed: list[Any] | str, cards: dict[str, int]
+) -> PlannedEvent:
+    """The adaptive Gaussian of ``line`` that measured the ``listed`` queries (a string: why
+    they are not known): its count is their cells, its L2 sensitivity theirs at the public n."""
+    from dpql.plan.ir import joint_l2_sensitivity
+    from dpql.plan.resolve import query_cells
+
+    phase = event_phase(line)
+    if isinstance(listed, str) or line.n is None:
+        return PlannedEvent(line, index, phase, True, unlisted=str(listed))
+    count = sum(query_cells(q, cards) for q in listed)
+    l2 = joint_l2_sensitivity(listed, line.n)
+    return PlannedEvent(line, index, phase, True, count=count, l2=l2)
+
+
+def planned_events(plan: Any, synthesizer: Any = None) -> list[PlannedEvent]:
     """The events ``plan`` schedules, in ledger order (one per zCDP release of each line, one
     per DP-SGD phase, one for an external table). A zCDP line of rho 0 or infinite noise
-    spends nothing and schedules no event."""
+    spends nothing and schedules no event. ``synthesizer``: the record's section of that name,
+    whose selections fix the adaptive Gaussian releases (:func:`listed_queries`)."""
     lines: Sequence[BudgetLine] = plan.table.lines
+    listed = listed_queries(plan, synthesizer)
+    entries = iter(listed or [])
+    cards = {c.name: c.card for c in plan.spec.domain}
     selecting = {line.phase for line in lines if line.mechanism == "gumbel_top_k"}
-    listed = getattr(plan.synth.config, "events", None)
-    backend_events = list(listed()) if callable(listed) else []
+    listed_events = getattr(backend_config(plan), "events", None)
+    backend_events = list(listed_events()) if callable(listed_events) else []
     out = []
     for i, line in enumerate(lines):
         adaptive = line.phase in selecting
@@ -283,7 +378,13 @@ def planned_events(plan: Any) -> list[PlannedEvent]:
             rho, scale = line.rho_per_release, line.noise_scale
             if not (rho and rho > 0 and scale is not None and math.isfinite(scale)):
                 continue
-            out += [PlannedEvent(line, i, event_phase(line), adaptive)] * line.releases
+            if adaptive and listed is not None and line.mechanism == "gaussian":
+                out.append(
+                    _listed_event(line, i, next(entries, "no selection listed for it"), cards)
+                )
+                continue
+            planned = PlannedEvent(line, i, event_phase(line), adaptive, count=line.count)
+            out += [planned] * line.releases
         else:
             phase = event_phase(line)
             match = next((e for e in backend_events if e.phase == phase), None)
@@ -324,9 +425,7 @@ def event_differences(
     if event.phase != expected.phase:
         out.append(f"phase {event.phase!r}, the plan's {expected.phase!r}")
     if event.mechanism == "gaussian":
-        most = released_values_bound(plan) if bound is None else bound
-        if event.count > most:
-            out.append(f"count {event.count:,}, more values than the plan can release ({most:,})")
+        out += _count_differences(event, expected, plan, bound)
     if event.mechanism in ZCDP_MECHANISMS:
         out += _zcdp_differences(event, expected)
     elif event.mechanism == "dpsgd":
@@ -334,6 +433,22 @@ def event_differences(
     else:
         out += _external_differences(event, plan)
     return out
+
+
+def _count_differences(
+    event: PrivacyEvent, expected: PlannedEvent, plan: Any, bound: int | None
+) -> list[str]:
+    if expected.unlisted is not None:
+        return [expected.unlisted]
+    if expected.count is not None:
+        if event.count == expected.count:
+            return []
+        whose = "its listed queries'" if expected.adaptive else "the plan's"
+        return [f"count {event.count:,}, {whose} {expected.count:,}"]
+    most = released_values_bound(plan) if bound is None else bound
+    if event.count > most:
+        return [f"count {event.count:,}, more values than the plan can release ({most:,})"]
+    return []
 
 
 def _differs(name: str, got: float | None, want: float | None) -> list[str]:
@@ -357,6 +472,10 @@ def _zcdp_differences(event: PrivacyEvent, expected: PlannedEvent) -> list[str]:
         out += _differs("noise_scale", event.noise_scale, line.noise_scale)
         l2 = line.noise_scale * math.sqrt(2 * line.rho_per_release)
         out += _differs("l2_sensitivity", event.l2_sensitivity, l2)
+    elif expected.l2 is not None:  # an adaptive release of listed queries
+        sigma = expected.l2 / math.sqrt(2 * line.rho_per_release)
+        out += _differs("noise_scale", event.noise_scale, sigma)
+        out += _differs("l2_sensitivity", event.l2_sensitivity, expected.l2)
     return out
 
 
@@ -386,12 +505,14 @@ def _external_differences(event: PrivacyEvent, plan: Any) -> list[str]:
     return out
 
 
-def event_problems(events: Sequence[PrivacyEvent], plan: Any) -> list[VerifyProblem]:
+def event_problems(
+    events: Sequence[PrivacyEvent], plan: Any, synthesizer: Any = None
+) -> list[VerifyProblem]:
     """``V016`` for each event that differs from the planned one in its place or is not in the
     plan, ``V017`` for each planned event the record lacks. Events are aligned with the plan in
     order; an event that matches a later planned one means the planned ones between are
-    missing."""
-    expected = planned_events(plan)
+    missing. ``synthesizer``: the record's section of that name (:func:`planned_events`)."""
+    expected = planned_events(plan, synthesizer)
     if len(events) > 2 * len(expected) + MAX_LISTED:  # not worth aligning (and bounded work)
         return [
             VerifyProblem(

@@ -365,7 +365,30 @@ def record_schema() -> dict[str, Any]:
                     }
                 ),
                 "synthesizer": _object(
-                    {"method": {"enum": ["rap", "gan", "external", "aim", "auto"]}}, closed=False
+                    {
+                        "method": {"enum": ["rap", "gan", "external", "aim", "auto"]},
+                        "round_queries": {
+                            "type": "array",
+                            "items": {
+                                "type": "array",
+                                "items": {"type": "integer", "minimum": 0},
+                            },
+                            "description": "RAP++: per selecting round, the queries it "
+                            "measured as indices into the plan's candidates of the round's kind "
+                            "(post-processing of the selections, public); dpql verify derives "
+                            "each round's Gaussian count, L2 sensitivity and noise scale from "
+                            "them.",
+                        },
+                        "selected": {
+                            "type": "array",
+                            "items": {"type": "array", "items": {"type": "string"}},
+                            "description": "AIM: the cliques picked, round by round (the "
+                            "plan's picks per round); dpql verify derives each round's Gaussian "
+                            "count, L2 sensitivity and noise scale from them.",
+                        },
+                    },
+                    ["method"],
+                    closed=False,
                 ),
                 "postprocess": {
                     "oneOf": [{"type": "null"}, {"$ref": "#/$defs/postprocess"}],

@@ -379,6 +379,76 @@ def _synthetic(args: list[str]) -> str | None:
 # fields an unsigned verify covers (issue 35)
 
 
+@pytest.fixture(scope="module")
+def aim_record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small release with AIM (two rounds of two picks) instead of RAP++, unsigned."""
+    folder = tmp_path_factory.mktemp("aim")
+    spec = write_small_release(folder, rows=2000)
+    text = re.sub(
+        r"  options: \{rounds: 2.*\}\n",
+        "  options: {rounds: 2, per_round: 2, iters: 20, final_iters: 20}\n",
+        spec.read_text(encoding="utf-8").replace("method: rap", "method: aim"),
+    )
+    assert "method: aim" in text and "per_round" in text
+    spec.write_text(text, encoding="utf-8")
+    assert main(["compile", str(spec), "--seed", "0", "--quiet"]) == 0
+    return folder / "out" / "adult_synthetic.provenance.json"
+
+
+def _count_tampering_escapes(record: dict, tmp_path: Path) -> list[str]:
+    """Each Gaussian event's count moved by +1 and -1 in turn: the changes verify lets pass."""
+    escapes = []
+    for i, event in enumerate(record["privacy"]["events"]):
+        if event["mechanism"] != "gaussian":
+            continue
+        for step in (1, -1):
+            if event["count"] + step < 1:
+                continue
+            tampered = copy.deepcopy(record)
+            tampered["privacy"]["events"][i]["count"] += step
+            problems = dpql.verify(_write(tmp_path / f"count{i}{step}.json", tampered))
+            want = f"count {event['count'] + step:,}, "
+            if not any("V016" in p and want in p for p in problems):
+                escapes.append(f"event {i} ({event['phase']}) count {step:+d}: {problems}")
+    return escapes
+
+
+def test_every_gaussian_count_is_checked_exactly_without_a_key(
+    release: Release, aim_record: Path, tmp_path: Path
+) -> None:
+    """RAP++ and AIM: the untouched record verifies; a count one off, in any Gaussian event
+    (adaptive rounds included, whose queries the record lists), does not."""
+    for name, record in (("rap", _unsigned(release.load())), ("aim", json.loads(
+        aim_record.read_text(encoding="utf-8")))):  # fmt: skip
+        assert dpql.verify(_write(tmp_path / f"{name}.json", record)) == [], name
+        phases = {e["phase"] for e in record["privacy"]["events"] if e["mechanism"] == "gaussian"}
+        assert any(p.startswith(("rap.measure", "aim.round")) for p in phases), phases
+        (tmp_path / name).mkdir()
+        assert _count_tampering_escapes(record, tmp_path / name) == [], name
+
+
+def test_adaptive_measurements_must_list_their_queries(
+    release: Release, aim_record: Path, tmp_path: Path
+) -> None:
+    """Deleting or changing the selections a record lists fails: the counts follow from them."""
+    rap = _unsigned(release.load())
+    aim = json.loads(aim_record.read_text(encoding="utf-8"))
+    assert rap["synthesizer"]["round_queries"] and aim["synthesizer"]["selected"]
+    for name, record, key in (("rap", rap, "round_queries"), ("aim", aim, "selected")):
+        gone = copy.deepcopy(record)
+        del gone["synthesizer"][key]
+        problems = dpql.verify(_write(tmp_path / f"{name}-gone.json", gone))
+        assert any("V016" in p and f"synthesizer.{key}" in p for p in problems), problems
+    fewer = copy.deepcopy(rap)
+    fewer["synthesizer"]["round_queries"][0].pop()
+    problems = dpql.verify(_write(tmp_path / "rap-fewer.json", fewer))
+    assert any("V016" in p and "its listed queries' " in p for p in problems), problems
+    beyond = copy.deepcopy(rap)
+    beyond["synthesizer"]["round_queries"][0][0] = 10**6
+    problems = dpql.verify(_write(tmp_path / "rap-beyond.json", beyond))
+    assert any("V016" in p and "not among the plan's candidates" in p for p in problems), problems
+
+
 @pytest.mark.parametrize("count", [2**63 - 1, 10**12])
 def test_a_gaussian_event_count_beyond_the_plan_fails_without_a_key(
     release: Release, tmp_path: Path, capsys, count: int

@@ -49,7 +49,7 @@ from dpql.plan.requirements import (
     release_rhos,
     requirement_queries,
 )
-from dpql.plan.resolve import resolve_requirements, resolve_workload
+from dpql.plan.resolve import query_cells, resolve_requirements, resolve_workload
 from dpql.plan.resources import ResourceEstimate, estimate, resource_diagnostics
 from dpql.plan.split import PostSplit, choose_split, with_releases
 from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
@@ -314,13 +314,20 @@ def build_plan(spec: LoadedSpec) -> ReleasePlan:
     lines: list[BudgetLine] = list(synth.lines)
     k = len(measures.queries) if measures else 0
     if "iproj.measure" in phase_rho and measures is not None and k:
-        lines.extend(_measure_lines(measures, phase_rho["iproj.measure"], n))
+        cards = {c.name: c.card for c in domain}
+        lines.extend(_measure_lines(measures, phase_rho["iproj.measure"], n, cards))
     n_tests = sum(acceptance_queries(r, domain) for r in requirements)
     if n_tests and "accept.test" in phase_rho:
         rho = phase_rho["accept.test"]
         lines.append(
             BudgetLine(
-                "accept.test", "gaussian", 1, rho, gaussian_sigma(math.sqrt(n_tests) / n, rho), n
+                "accept.test",
+                "gaussian",
+                1,
+                rho,
+                gaussian_sigma(math.sqrt(n_tests) / n, rho),
+                n,
+                n_tests,
             )
         )
     table = BudgetTable(tuple(lines), budget.rho)
@@ -484,7 +491,9 @@ def _resource_pos(spec: LoadedSpec, est: ResourceEstimate) -> SourcePos:
     return SourcePos(str(spec.path), 1, 1)
 
 
-def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[BudgetLine]:
+def _measure_lines(
+    measures: RequirementMeasures, rho: float, n: int, cards: dict[str, int]
+) -> list[BudgetLine]:
     """The post-processing releases (``iproj.measure``), one line each, with the rho
     ``dpql.postprocess.iproj.measure`` will spend on them (``release_rhos``) and the sigma of equal
     noise at its queries' L2 sensitivity."""
@@ -492,7 +501,8 @@ def _measure_lines(measures: RequirementMeasures, rho: float, n: int) -> list[Bu
     for rel, r in zip(measures.releases, release_rhos(measures.releases, rho), strict=True):
         l2 = joint_l2_sensitivity([measures.queries[c] for c in rel.cells], n)
         sigma = gaussian_sigma(l2, r) if rel.cells and r > 0 else math.inf
-        lines.append(BudgetLine("iproj.measure", "gaussian", 1, r, sigma, n))
+        count = sum(query_cells(measures.queries[c], cards) for c in rel.cells)
+        lines.append(BudgetLine("iproj.measure", "gaussian", 1, r, sigma, n, count))
     return lines
 
 

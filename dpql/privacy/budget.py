@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -96,6 +96,9 @@ class BudgetLine:
     rho_per_release: float | None
     noise_scale: float | None = None
     n: int | None = None
+    #: values one Gaussian release of the line publishes, where the plan fixes them (``None`` in
+    #: an adaptive phase, whose queries a selection picks); not part of the printed plan
+    count: int | None = field(default=None, compare=False)
 
     @property
     def exact_rho(self) -> Fraction:
@@ -124,6 +127,7 @@ class BudgetLine:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        del out["count"]
         out.update(
             rho=self.rho, noise_count=self.noise_count, expected_abs_error=self.expected_abs_error
         )

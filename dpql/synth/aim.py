@@ -384,8 +384,12 @@ def overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return len(set(a) & set(b)) >= min(2, len(a), len(b))
 
 
-def budget_lines(s: AimSchedule) -> list[BudgetLine]:
-    lines = [BudgetLine("aim.init", "gaussian", 1, s.rho_init, s.init_sigma(), s.n)]
+def budget_lines(s: AimSchedule, cards: dict[str, int] | None = None) -> list[BudgetLine]:
+    """The 1-way release (with its count of values, given the domain's ``cards``), then per
+    round its selections and its release of the picked marginals (chosen by the selections:
+    no count)."""
+    count = sum(cards[c] for c in s.columns) if cards is not None else None
+    lines = [BudgetLine("aim.init", "gaussian", 1, s.rho_init, s.init_sigma(), s.n, count)]
     for i, (rs, rm) in enumerate(s.rounds):
         for r in select_parts(rs, s.picks(i)):
             lines.append(BudgetLine(s.phase(i), "gumbel_top_k", 1, r,
@@ -505,7 +509,8 @@ class AimBackend:
         opts["tree"] = bool(s.tree)
         opts["tree_edges"] = s.tree
         opts["init_share"] = s.init_share
-        return SynthPlan("aim", tuple(budget_lines(s)), (s, options), cost, opts)
+        cards = {c.name: c.card for c in spec.domain}
+        return SynthPlan("aim", tuple(budget_lines(s, cards)), (s, options), cost, opts)
 
     def plan(self, ctx: PlanContext) -> SynthPlan:
         return self.plan_with(ctx, ctx.spec.model.synthesizer.options)

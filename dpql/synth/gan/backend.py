@@ -93,7 +93,15 @@ class GanBackend:
                 )
             )
             marginal_lines = (
-                BudgetLine(f"gan.{MARGINAL_PHASE}", "gaussian", 1, rho_m, sigma, spec.rows),
+                BudgetLine(
+                    f"gan.{MARGINAL_PHASE}",
+                    "gaussian",
+                    1,
+                    rho_m,
+                    sigma,
+                    spec.rows,
+                    sum(q.cells(spec.domain) for q in measured),
+                ),
             )
         target = SimpleNamespace(epsilon=ctx.epsilon, delta=ctx.delta)
         try:

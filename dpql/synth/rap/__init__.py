@@ -25,9 +25,12 @@ from dpql.synth.rap.schedule import RapOptions, RapSchedule, plan_rap, release_s
 DEFAULT_SELECTION_SHARE = 0.25
 
 
-def budget_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
+def budget_lines(rap: RapSchedule, n: int, cards: dict[str, int]) -> list[BudgetLine]:
     """One line per round and mechanism: Gumbel selection (L1 score sensitivity 2/n) and the
-    discrete Gaussian release of the round's queries."""
+    discrete Gaussian release of the round's queries (with its count of values for the init
+    round, whose queries are fixed; ``cards``: the domain's cardinalities)."""
+    from dpql.plan.resolve import query_cells
+
     lines = []
     for i, r in enumerate(rap.rounds):
         phase = f"rap.{r.kind}[{i}]"
@@ -41,7 +44,8 @@ def budget_lines(rap: RapSchedule, n: int) -> list[BudgetLine]:
         )
         chosen = list(pool) if r.kind == "init" else list(pool[: r.k])
         sigma = release_sigma(chosen, r.rho_measure, n)
-        lines.append(BudgetLine(phase, "gaussian", 1, r.rho_measure, sigma, n))
+        count = sum(query_cells(q, cards) for q in chosen) if r.kind == "init" else None
+        lines.append(BudgetLine(phase, "gaussian", 1, r.rho_measure, sigma, n, count))
     return lines
 
 
@@ -72,7 +76,7 @@ class RapBackend:
         )
         return SynthPlan(
             "rap",
-            tuple(budget_lines(schedule, spec.rows)),
+            tuple(budget_lines(schedule, spec.rows, {c.name: c.card for c in spec.domain})),
             (schedule, options),
             rap_cost(spec.domain, ctx.queries, schedule, options),
             options.model_dump(),
@@ -100,6 +104,7 @@ class RapBackend:
             "options": dict(plan.options),
             "rounds": res.rounds,
             "measured_queries": len(res.measured),
+            "round_queries": [list(s) for s in res.selected],
         }
         if res.measured:  # errors against the *noisy* measurements, never the real data
             answers = answer_all(list(res.measured), res.table)

@@ -409,6 +409,10 @@ class RapResult:
     fit_loss: tuple[float, ...]
     rounds: int
     sigma: tuple[float, ...] = ()  # each measured query's noise sd (aligned with ``measured``)
+    #: per round that measured: the indices of its queries in its round kind's pool (init
+    #: queries, marginal or threshold candidates of the schedule); post-processing of the
+    #: selections, public
+    selected: tuple[tuple[int, ...], ...] = ()
 
 
 def run_rap(
@@ -434,6 +438,7 @@ def run_rap(
         jnp.asarray(rng.random((options.relaxed_rows, max(len(layout.numeric), 1))), jnp.float32),
     )
     measured: list[_Measured] = []
+    selected: list[tuple[int, ...]] = []
     done: set[Query] = set()
     losses: list[float] = []
     total = len(schedule.rounds)
@@ -460,6 +465,7 @@ def run_rap(
                 penalty=penalty,
             )
             chosen = [cands[i] for i in picked]
+            selected.append(tuple(pool.index(q) for q in chosen))
         noisy = oracle.measure(
             chosen,
             rnd.rho_measure,
@@ -484,6 +490,7 @@ def run_rap(
         tuple(losses),
         total,
         tuple(float(m.sigma) for m in measured),
+        tuple(selected),
     )
 
 
