@@ -392,3 +392,20 @@ def test_a_policy_caps_the_estimated_compile_time(
     rc, out, _ = _run("check", str(spec), "--policy", str(policy), capsys=capsys)
     assert rc == 1 and "P009" in out and "max_minutes 0.01" in out
 
+
+
+def test_the_public_csv_field_limit_does_not_follow_the_process_wide_setting() -> None:
+    """The data reader raises csv's process-wide field limit while it reads; a public file's
+    limit is its own, whatever that setting is when the spec loads."""
+    import csv
+
+    from dpql.spec.files import MAX_FIELD_CHARS, _csv_parse
+
+    previous = csv.field_size_limit(8 * 2**20)
+    try:
+        assert _csv_parse("a," + "x" * (MAX_FIELD_CHARS + 1) + "\n") == (
+            f"a field is longer than {MAX_FIELD_CHARS:,} characters"
+        )
+        assert csv.field_size_limit() == 8 * 2**20
+    finally:
+        csv.field_size_limit(previous)

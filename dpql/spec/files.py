@@ -93,14 +93,22 @@ def data_file_error(
     )
 
 
+MAX_FIELD_CHARS = 131_072  # one field of a public CSV file (csv's own default limit)
+
+
 def _csv_parse(text: str) -> list[list[str]] | str:
-    """The rows of a CSV text, or why it is not CSV (the reason quotes none of its cells)."""
+    """The rows of a CSV text, or why it is not CSV (the reason quotes none of its cells).
+    The field limit is set here, not taken from the process-wide csv setting, which the data
+    reader raises while it reads."""
+    previous = csv.field_size_limit(MAX_FIELD_CHARS)
     try:
         return list(csv.reader(io.StringIO(text)))
     except csv.Error as e:
         if "field limit" in str(e):
-            return f"a field is longer than {csv.field_size_limit():,} characters"
+            return f"a field is longer than {MAX_FIELD_CHARS:,} characters"
         return "it is not valid CSV (a NUL byte or a broken quote)"
+    finally:
+        csv.field_size_limit(previous)
 
 
 def _csv_rows(text: str) -> list[list[str]] | str:
