@@ -57,8 +57,8 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   ``PILOT_SD_FRACTION t`` (:func:`pilot_sd`) and places the table's accuracy in its band
   (``dpql.postprocess.run``): ``rho = (1/n)^2 / (2 s_pilot^2)``. Why: the test's statistic is
   the gap between the model's accuracy on the synthetic table and on the real one, and the
-  moments (a degree-2 proxy of the log-loss) do not pin that gap; the pilot's accuracy is that
-  gap's own measure (``benchmarks/iproj/RESULTS.md``, "Issue 15 (fourth part)").
+  moments (a degree-2 proxy of the log-loss) do not pin that gap; the pilot's accuracy measures
+  it directly.
 * the tests: the largest rho any model requirement's test needs (bisection on its predicted sd,
   which also carries the label moments' noise for ``r2``).
 

@@ -37,16 +37,17 @@ measurements (post-processing) and compare the noisy real value with the synthet
 post-processing; the sd comes from the delta method at the reweighted table's moments (the
 projection's estimate from every DP measurement, the synthesizer's workload answers included;
 at the noisy answers where that is undefined). A correlation's noisy variances are far noisier
-than the workload's marginals, and at them the sd swung by +-15% between noise draws on the
-Adult example (0.0205-0.0264 at one rho), deciding verdicts by the noise in the sd itself.
+than the workload's marginals, and an sd taken at them varies between noise draws enough that
+the noise in the sd itself would decide verdicts near the threshold.
 
 Verdicts (decision rule, documented for users): with ``[lo, hi]`` the ``z = 2`` sigma interval of
 the real quantity, ``pass`` when the requirement holds on the whole interval, ``fail`` when it
 fails on the whole interval, ``inconclusive`` otherwise (the threshold lies within ~2 sigma, or
 the value is undefined: the record's ``note`` says which).
 
-Where the excess-risk digest (Zhou et al. 2024, ``papers/excess_risk.md`` sec. 11.2-11.3) gives
-a bound, it is reported as a *bound* (``excess_risk_bound``), with its assumptions and a
+Where an excess-risk bound applies (the argument of Zhou et al. 2024, sec. 3.1, Theorems 3.1-3.2,
+specialised in :mod:`dpql.postprocess.risk`), it is reported as a *bound*
+(``excess_risk_bound``), with its assumptions and a
 ``vacuous`` flag: such end-to-end bounds are usually vacuous at realistic n, and they bound
 excess empirical *loss* of an exact ERM, not the accuracy of the sklearn fit.
 

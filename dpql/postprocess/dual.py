@@ -1,4 +1,4 @@
-"""The dual of the I-projection (Wang et al. 2023, eq. 4-5; digest ``postprocessing.md``):
+"""The dual of the I-projection (Wang et al. 2023, sec. 3, Theorem 1, eq. 4-5):
 a proximal Newton solver in JAX for small problems and a stochastic one for large ones, and the
 KKT check that certifies a solution. Pure functions of the synthetic rows' features and the
 targets; no data."""
@@ -131,9 +131,12 @@ def _stochastic(
     seed: int,
     ridge: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Algorithm 1 of the paper with the digest's log-domain fix (sec. 2 step 5): numerator on
-    batch B_t at lambda_t, denominator tau from the previous batch at the current lambda;
-    prox = soft-thresholding at alpha_t * gamma; alpha_t = alpha0 / sqrt(epoch + 1)."""
+    """Algorithm 1 of Wang et al. 2023 (sec. 3): numerator on batch B_t at lambda_t, denominator
+    tau from the previous batch at the current lambda; prox = soft-thresholding at
+    alpha_t * gamma; alpha_t = alpha0 / sqrt(epoch + 1). It runs in the log domain by keeping
+    ``log tau`` and weighting rows by ``exp(s_i - log tau)`` (log-sum-exp for tau): the paper's
+    log-scale Algorithm 2 (App. B) is Algorithm 1 rewritten in ``exp(lambda)`` and still
+    exponentiates ``-lambda . q_i`` unshifted, so it overflows as ``|lambda|`` grows."""
     m, K = Fc.shape
     nb = m // batch
     rng = np.random.default_rng(seed)
@@ -190,8 +193,10 @@ def solve_dual(
     ``tol`` or when ``max |lambda|`` passes ``lam_cap`` (the dual is unbounded below when the
     target is unreachable; check :func:`kkt_violation`).
     The stochastic step size is
-    not given by the paper; default ``alpha0 = min(0.5, 4 / K)`` (f is K/4-smooth, digest
-    pitfall 4) with ``alpha_t = alpha0 / sqrt(epoch + 1)``.
+    not given by the paper; default ``alpha0 = min(0.5, 4 / K)`` with
+    ``alpha_t = alpha0 / sqrt(epoch + 1)``: f is L-smooth with L <= lambda_max(Cov f) <= K/4 for
+    features in [0, 1], so ``4 / K <= 1 / L`` is a stable proximal-gradient step; much larger
+    steps overflow the exponential weights.
     """
     Fc = F - target[None, :]
     gam = np.broadcast_to(np.asarray(gamma, dtype=np.float64), (F.shape[1],)).copy()
@@ -219,7 +224,8 @@ def kkt_violation(
 ) -> float:
     """Largest violation of the KKT conditions of (3) at w = sol.weights: feasibility
     |E_w f - a*| <= gamma and complementary slackness E_w f - a* = gamma * sign(lambda) where
-    lambda != 0 (digest sec. 1.3); w ∝ exp(-Fc lambda) holds by construction."""
+    lambda != 0 (the Lagrangian of (3), Wang et al. 2023, App. A.1); w ∝ exp(-Fc lambda) holds by
+    construction."""
     r = sol.weights @ F - target
     return _kkt(r, sol.lam, np.broadcast_to(np.asarray(gamma, dtype=np.float64), r.shape))
 

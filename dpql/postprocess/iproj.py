@@ -1,7 +1,7 @@
 """I-projection post-processing: reweight and resample synthetic rows toward private measurements.
 
 Wang, Sudalairaj, Henning, Greenewald, Srivastava 2023, "Post-processing private synthetic data
-for improving utility on selected measures" (digest ``papers/postprocessing.md``):
+for improving utility on selected measures" (sec. 3, Theorem 1, Algorithm 1; App. B):
 
 1. :func:`measure` -- the K measures are answered on the real table through the measurement
    oracle (this module never sees private rows) in Gaussian releases calibrated to the L2
@@ -17,7 +17,8 @@ for improving utility on selected measures" (digest ``papers/postprocessing.md``
    point of the Gaussian release; with one release all sigma_k are equal and it is the paper's
    Euclidean QP -- after :func:`project_to_affine_hull` removes the noise that only breaks
    identities between redundant measures. A projection on the hull's relative boundary is mixed
-   with ``eta`` of the synthetic mean so the tilt stays finite (digest pitfall 2).
+   with ``eta`` of the synthetic mean so the tilt stays finite (on the boundary lambda* is
+   unbounded and the dual solver does not converge).
 3. :func:`solve_dual` -- the I-projection ``min KL(w || uniform) s.t. |sum_i w_i f(x_i) - a*| <=
    gamma``. By Theorem 1 (eq. 4-5) ``w_i ∝ exp(-lambda . (f(x_i) - a*))`` with lambda minimising
    ``log mean_i exp(-lambda . (f(x_i) - a*)) + gamma ||lambda||_1``. Full-batch: damped proximal
@@ -595,8 +596,9 @@ def iproject(
     if np.linalg.norm(aff - target) > 1e-7:
         # The projection lies on the hull's relative boundary, where the exponential tilt
         # degenerates (lambda -> infinity, weight on a face of <= K+1 rows): pull the target eta
-        # of the way back to the synthetic mean (digest pitfall 2; 1e-3 in the digest's toy is
-        # too little for far targets, measured in tests/test_iproj_solver.py). Noise that only
+        # of the way back to the synthetic mean, strictly inside the hull, where lambda* is
+        # finite; the further inside, the smaller lambda* and the faster the dual converges,
+        # at the price of a bias of eta toward the synthetic answers. Noise that only
         # breaks an identity between the measures (count(a) + count(not a) = 1) is removed by
         # the affine projection exactly, so it does not trigger this bias.
         target = (1 - eta) * target + eta * Fk.mean(axis=0)

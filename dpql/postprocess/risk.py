@@ -1,7 +1,15 @@
-"""The excess-risk *bound* reported with a model requirement (Zhou et al. 2024,
-``papers/excess_risk.md`` sec. 11.2-11.3): a bound on the excess empirical loss of an exact ERM
-fitted to moments within ``rho`` of the real ones; usually vacuous at realistic n, and reported
-as such (``vacuous``), never as the model's accuracy.
+"""The excess-risk *bound* reported with a model requirement: a bound on the excess empirical
+loss of an exact ERM fitted to moments within ``rho`` of the real ones; usually vacuous at
+realistic n, and reported as such (``vacuous``), never as the model's accuracy.
+
+It follows Zhou et al. 2024, sec. 3.1 (Theorems 3.1-3.2, proofs in App. A.1-A.2): approximate the
+loss by a polynomial in the margin, so that the empirical loss is a linear function of the data's
+moments and moments within ``rho`` bound the loss difference. Here the polynomial has degree two,
+and the logistic loss is split exactly as ``-y s / 2 + h(s)`` with ``h(s) = log(2 cosh(s / 2))``
+even, so only ``h`` is approximated (minimax, as in sec. 3.1, "Polynomial Approximation
+Error"). ``rho`` is certified without spending privacy: the triangle inequality splits the
+distance between real and synthetic moments into the public gap between the noisy and the
+synthetic moments and the noise, bounded by a Gaussian tail.
 """
 
 from __future__ import annotations
@@ -31,15 +39,15 @@ if TYPE_CHECKING:  # jax stays out of plan-time imports
 
 @dataclass(frozen=True)
 class RiskBound:
-    """A certified upper bound on excess empirical loss (NOT accuracy), excess_risk.md
-    sec. 11.2-11.3; ``vacuous`` when it is no better than the trivial bound."""
+    """A certified upper bound on excess empirical loss (NOT accuracy), after Zhou et al. 2024,
+    sec. 3.1, Theorems 3.1-3.2; ``vacuous`` when it is no better than the trivial bound."""
 
     value: float
     a: float
     rho: float
     vacuous: bool
     assumptions: str
-    source: str = "Zhou et al. 2024, excess_risk.md sec. 11.2-11.3"
+    source: str = "after Zhou et al. 2024, sec. 3.1, Theorems 3.1-3.2"
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "upper bound", **asdict(self)}
@@ -90,7 +98,7 @@ def _even_quadratic(a: float) -> tuple[float, float]:
 def excess_risk_bound(
     req: ModelRequirement, q: ModelAccuracy, evidence: IProjResult, beta: float = 0.05
 ) -> RiskBound | None:
-    """Certified bound from the requirement's measured moments (excess_risk.md sec. 11.2-11.3).
+    """Certified bound from the requirement's measured moments (module docstring).
 
     rho = max over the requirement's raw moments ``E f``, ``E fg`` of the deviation
     |noisy - synthetic| + sigma sqrt(2 ln(2K/beta)) (a public fit gap plus a Gaussian tail
