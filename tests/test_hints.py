@@ -1,4 +1,4 @@
-"""Hints that fit their context (issue 18, item 3)."""
+"""Hints that fit their context."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Hostile public input files, output paths that would destroy an input, tiny shares, terminal
-control sequences and compile-time caps (issue 35; a public input that is the data file, issue
-29). Each case exits 0 or with one located exit-1 diagnostic, quickly, without a traceback,
+control sequences, compile-time caps and a public input that is the data file. Each case exits 0 or with one located exit-1 diagnostic, quickly, without a traceback,
 without changing any input and without writing anything."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile specs (issue 20): `dpql plan` answers every one with exit 1 and a located diagnostic
+"""Hostile specs: `dpql plan` answers every one with exit 1 and a located diagnostic
 (or exit 0), never a traceback (exit 2), and without large allocations or work that grows faster
 than the spec.
 

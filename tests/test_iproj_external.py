@@ -68,7 +68,7 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypa
     assert main(["verify", str(record_path), "--synthetic", str(table)]) == 0
 
     # budget: the external table's declared (0.5, 1e-10) plus dpql's Gaussian releases: one
-    # per requirement (the planner's split, issue 15) and the acceptance test
+    # per requirement (the planner's split) and the acceptance test
     events = record["privacy"]["events"]
     assert [e["phase"] for e in events] == ["external", *["iproj.measure"] * 4, "accept"]
     assert events[0]["epsilon"] == 0.5 and events[0]["delta"] == 1e-10

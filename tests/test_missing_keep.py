@@ -1,4 +1,4 @@
-"""`missing: keep`: missingness as a public null state of a column (issue 18)."""
+"""`missing: keep`: missingness as a public null state of a column."""
 
 from __future__ import annotations
 

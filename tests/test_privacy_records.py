@@ -1,4 +1,4 @@
-"""Honest privacy records (issue 14, items 4 and 5).
+"""Honest privacy records.
 
 * An external table's budget states its neighbouring relation; an add/remove (e, d) guarantee is
   charged as (2e, (1 + e^e) d) under dpql's replace-one relation, and the record keeps both.

@@ -90,7 +90,7 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     assert len(post["roles"]) == len(record["requirements"]) and post["policy"]["z"] == 2.0
     events = [e for e in record["privacy"]["events"] if e["phase"] == "iproj.measure"]
     assert len(post["noise_sigma"]) == k
-    # one release per requirement (the planner's split, issue 15), each planned from the spec
+    # one release per requirement (the planner's split), each planned from the spec
     # alone; within a release the noise is spread over its measures (sd = release sd / c_k)
     # with sum (c_k Delta_k)^2 = sum Delta_k^2, so the release keeps the sensitivity and sd of
     # equal noise

@@ -186,7 +186,7 @@ def test_balance_rows_keeps_one_way_counts_and_lowers_the_marginal_error():
 
 def test_balance_rows_independent_in_independent_out():
     """Balancing towards an independent model's marginals leaves no coupling between columns
-    (the failure of a shared rounding shift, issue 19): every pair's chi-square against
+    (the failure of a shared rounding shift): every pair's chi-square against
     independence is below its p = 0.001 quantile, and below the unbalanced sample's on average."""
     from scipy.stats import chi2
 

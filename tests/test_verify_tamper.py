@@ -1,4 +1,4 @@
-"""`dpql verify` against tampered and hostile records (issue 20), and signed records.
+"""`dpql verify` against tampered and hostile records, and signed records.
 
 One small RAP release is compiled (signed with a key from `dpql keygen`); every test edits a
 copy of its record. Each tampering must make verify exit 1 naming what does not match; each
@@ -376,7 +376,7 @@ def _synthetic(args: list[str]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# fields an unsigned verify covers (issue 35)
+# fields an unsigned verify covers
 
 
 @pytest.fixture(scope="module")
