@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from dpql.domain import EncodedTable
+from dpql.plan.acceptance import Z
 from dpql.plan.ir import Count, Marginal, Query, TruePred, joint_l2_sensitivity
 from dpql.plan.oracle import MeasurementOracle
 from dpql.privacy.mechanisms import gaussian_sigma
@@ -172,7 +173,7 @@ def without_unsupported_nulls(
     table: EncodedTable,
     measurements: Sequence[tuple[Query, Any, float]],
     seed: int,
-    z: float = 2.0,
+    z: float = Z,
 ) -> EncodedTable:
     """``table`` with no empty cell in a ``missing: keep`` column whose null state its measured
     1-way marginal cannot tell from zero (noisy share below ``z`` sds, the acceptance tests'

@@ -189,6 +189,16 @@ def _lines(f: IO[bytes], path: Path, bad_text: list[bool]) -> Iterator[str]:
         yield text
 
 
+def _undecodable(path: Path, e: BaseException) -> DiagnosticError:
+    return error(
+        "E409",
+        f"cannot decode '{path}' as csv: {_decode_problem(e)}",
+        path,
+        "CSV files must be UTF-8 text, optionally gzip-compressed; " + SHOW_MESSAGE,
+        reader_message(e),
+    )
+
+
 def _line_too_long(path: Path, number: int) -> DiagnosticError:
     return error(
         "E409",
@@ -219,13 +229,7 @@ def check_line_lengths(path: Path) -> None:
                 if run > MAX_LINE_BYTES:
                     raise _line_too_long(path, lines)
     except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as e:
-        raise error(
-            "E409",
-            f"cannot decode '{path}' as csv: {_decode_problem(e)}",
-            path,
-            "CSV files must be UTF-8 text, optionally gzip-compressed; " + SHOW_MESSAGE,
-            reader_message(e),
-        ) from None
+        raise _undecodable(path, e) from None
 
 
 def _bad_text(field: str) -> bool:
@@ -246,22 +250,24 @@ def _bad_text_rows(frame: pd.DataFrame) -> np.ndarray:
 
 def _csv_records(path: Path, bad_text: list[bool] | None = None) -> Iterator[list[str]]:
     """CSV records (RFC 4180 quoting, quoted line breaks allowed) of bounded lines; blank lines
-    are skipped. Reader failures of the stream (gzip) become E409."""
-    limit = csv.field_size_limit()
-    csv.field_size_limit(MAX_LINE_BYTES)
+    are skipped. Reader failures of the stream (gzip) become E409. csv's field limit is
+    process-wide, so it is raised to the line bound only while a record is read, never across
+    a ``yield`` (a caller that stops early would leave it raised for everyone else)."""
     try:
         with _open_binary(path) as f:
-            for record in csv.reader(_lines(f, path, [] if bad_text is None else bad_text)):
+            reader = csv.reader(_lines(f, path, [] if bad_text is None else bad_text))
+            while True:
+                previous = csv.field_size_limit(MAX_LINE_BYTES)
+                try:
+                    record = next(reader, None)
+                finally:
+                    csv.field_size_limit(previous)
+                if record is None:
+                    return
                 if record:
                     yield record
     except (gzip.BadGzipFile, zlib.error, EOFError, OSError) as e:
-        raise error(
-            "E409",
-            f"cannot decode '{path}' as csv: {_decode_problem(e)}",
-            path,
-            "CSV files must be UTF-8 text, optionally gzip-compressed; " + SHOW_MESSAGE,
-            reader_message(e),
-        ) from None
+        raise _undecodable(path, e) from None
     except csv.Error as e:  # a quoted field longer than the line bound
         raise error(
             "E409",
@@ -270,8 +276,6 @@ def _csv_records(path: Path, bad_text: list[bool] | None = None) -> Iterator[lis
             "check the quoting: a quote left open runs to the end of the file",
             reader_message(e),
         ) from None
-    finally:
-        csv.field_size_limit(limit)
 
 
 def csv_header(path: Path) -> list[str]:
