@@ -78,3 +78,26 @@ def test_a_null_state_the_measurement_cannot_see_gets_no_empty_cells() -> None:
     out = without_unsupported_nulls(table, measured, seed=0)
     assert not (out.codes["a"] == 2).any() and (out.codes["b"] == codes["b"]).all()
     assert abs((out.codes["a"] == 0).mean() - 0.5 / 0.95) < 0.05  # redrawn from the others
+
+
+def test_the_null_share_is_read_from_every_marginal_that_holds_the_column() -> None:
+    """Without a 1-way answer, the null share is the inverse-variance average of what the
+    measured k-way marginals give (each null slice summed, its sd grown with its cells)."""
+    from dpql.domain import CategoricalColumn, Domain, EncodedTable
+    from dpql.population import measured_null_share, without_unsupported_nulls
+
+    d = Domain((CategoricalColumn("a", ("x", "y"), nullable=True),
+                CategoricalColumn("b", ("u", "v"), nullable=True)))  # fmt: skip
+    cube = np.array([[0.30, 0.20, 0.001], [0.25, 0.20, 0.002], [0.01, 0.015, 0.002]])
+    rng = np.random.default_rng(1)
+    codes = {c: rng.choice(3, 1000, p=[0.5, 0.45, 0.05]).astype(np.int32) for c in "ab"}
+    table = EncodedTable(d, codes, {})
+    measured = [(Marginal(("a", "b")), cube.ravel(), 0.002)]
+    share_a, sd_a = measured_null_share(table, "a", measured)
+    share_b, sd_b = measured_null_share(table, "b", measured)
+    assert share_a == pytest.approx(0.027) and share_b == pytest.approx(0.005)
+    assert sd_a == pytest.approx(0.002 * np.sqrt(3)) == sd_b
+    out = without_unsupported_nulls(table, measured, seed=0)
+    assert (out.codes["a"] == codes["a"]).all()  # 7.8 sd: a real null share stays
+    assert not (out.codes["b"] == 2).any()  # 1.4 sd: indistinguishable from none
+    assert measured_null_share(table, "a", [(Marginal(("b",)), cube.sum(0), 0.002)]) is None

@@ -737,7 +737,8 @@ def iproject(
         gamma=float(np.max(gamma)) if prior_rows is None else 0.0,
         projection_distance=distance,
         kkt_violation=viol,
-        kl=float(np.sum(nz * np.log(nz * Fk.shape[0]))),
+        # KL(w || uniform) >= 0; rounding can take the sum a few ulps below zero.
+        kl=max(0.0, float(np.sum(nz * np.log(nz * Fk.shape[0])))),
         ess=float(1.0 / np.sum(wk**2)),
         seed=seed,
         method=sol.method,
