@@ -189,11 +189,20 @@ def compile_once(table: str, seed: int, requirements: bool) -> dict:
     return row
 
 
+def _commit() -> str:
+    import subprocess
+
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    return out.stdout.strip()
+
+
 def run(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for table in args.table:
             row = compile_once(table, seed, not args.baseline)
             row["tag"] = args.tag
+            row["commit"] = _commit()
             with ROWS.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
@@ -202,7 +211,7 @@ def run(args: argparse.Namespace) -> None:
 def summary(args: argparse.Namespace) -> None:
     rows = [json.loads(x) for x in ROWS.read_text().splitlines() if x.strip()]
     if args.tag is not None:
-        rows = [r for r in rows if r.get("tag") == args.tag or not r["requirements"]]
+        rows = [r for r in rows if r.get("tag") == args.tag]
     out = {}
     for table in sorted({r["table"] for r in rows}):
         withr = [r for r in rows if r["table"] == table and r["requirements"]]

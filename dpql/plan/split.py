@@ -106,7 +106,11 @@ NEED_MARGIN = 1.0 + 1e-9  # split_rho rounds each part down by a few ulps
 # a quarter, so compile's band (half the room) is an eighth of the tolerance and the other half
 # absorbs the sd's own variation between the plan's moments and the released table's.
 PASS_ROOM = 0.25
-ROOM_SHARE_CAP = Fraction(1, 8)
+# Room is bought only while the synthesizer's noise sd grows by at most this factor
+# (:func:`synthesizer_sd_growth`): the workload's error follows that sd, and the room is a
+# convenience on top of a decision the need already buys.
+ROOM_SD_GROWTH = Fraction(21, 20)
+ROOM_SHARE_CAP = 1 - 1 / (ROOM_SD_GROWTH * ROOM_SD_GROWTH)
 # A logistic `within` requirement's pilot accuracy (module docstring): its noise sd as a fraction
 # of the tolerance, the test's own (the pass needs |synthetic - real| + Z sd_test <= t, and the
 # projected table lands within about a pilot sd of the pilot's noisy value).
