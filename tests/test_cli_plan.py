@@ -180,7 +180,10 @@ def test_plan_counts_f1_queries_and_flags_impossible_bounds(spec_without_data: P
 def test_plan_warns_when_requirements_are_never_tested(spec_without_data: Path, capsys):
     text = spec_without_data.read_text()
     start, end = text.index("postprocess:"), text.index("\noutput:")
+    # left out, post-processing defaults to iproj when the spec lists requirements
     spec_without_data.write_text(text[:start] + text[end + 1 :])
+    assert "iproj.measure" in _plan_json(spec_without_data, capsys)["budget"]["phases"]
+    spec_without_data.write_text(text[:start] + "postprocess: null\n" + text[end + 1 :])
     plan = _plan_json(spec_without_data, capsys)
     assert "iproj.measure" not in plan["budget"]["phases"]
     for r in plan["requirements"]:

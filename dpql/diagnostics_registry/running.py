@@ -224,7 +224,7 @@ ENTRIES.warning(
 )
 ENTRIES.warning(
     "W507",
-    "requirements in a spec without `postprocess`: they are never tested",
+    "requirements in a spec with `postprocess: null`: they are never tested",
     PLANS,
     ACCEPTANCE,
 )

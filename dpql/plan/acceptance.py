@@ -199,9 +199,9 @@ def plan_diagnostics(
         return [
             Diagnostic(
                 "W507",
-                f"{name} is not tested: the release has no post-processing measurements",
+                f"{name} is not tested: the spec turns post-processing off",
                 pos,
-                "add `postprocess: {method: iproj}` to measure and test requirements",
+                "remove `postprocess: null` (requirements get `postprocess: {method: iproj}`)",
                 "warning",
             )
         ]

@@ -578,7 +578,11 @@ class ReleaseSpec(_Model):
         description="DSL requirement expressions.",
     )
     synthesizer: SynthesizerSpec
-    postprocess: PostprocessSpec | None = None
+    postprocess: PostprocessSpec | None = Field(
+        None,
+        description="Post-processing toward the requirements; {method: iproj} when the spec "
+        "lists requirements and leaves it out, none with `postprocess: null`.",
+    )
     output: OutputSpec
 
     @model_validator(mode="before")
@@ -589,6 +593,15 @@ class ReleaseSpec(_Model):
             synth = v.get("synthesizer")
             if isinstance(synth, dict) and synth.get("method") == "gan":
                 return {**v, "missing": "drop"}
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_postprocess(cls, v: Any) -> Any:
+        # requirements are tested only through post-processing's measurements, so a spec that
+        # lists them gets it unless it says `postprocess: null`
+        if isinstance(v, dict) and v.get("requirements") and "postprocess" not in v:
+            return {**v, "postprocess": {"method": "iproj"}}
         return v
 
     @field_validator("requirements", mode="before")

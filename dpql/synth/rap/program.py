@@ -438,6 +438,7 @@ def run_rap(
         jnp.asarray(rng.random((options.relaxed_rows, max(len(layout.numeric), 1))), jnp.float32),
     )
     measured: list[_Measured] = []
+    unclipped: list[np.ndarray] = []
     selected: list[tuple[int, ...]] = []
     done: set[Query] = set()
     losses: list[float] = []
@@ -474,7 +475,10 @@ def run_rap(
         )
         sigma = release_sigma(chosen, rnd.rho_measure, n)
         for q, a in zip(chosen, noisy, strict=True):
+            # the fit reads the answer clipped to [0, 1] (a share); downstream inference (the
+            # null-share rule, post-processing's workload term) reads the unbiased noisy one
             measured.append(_Measured(q, np.clip(a, 0.0, 1.0), sigma))
+            unclipped.append(np.asarray(a, dtype=np.float64))
             done.add(q)
         # The first fit starts from noise; later ones are warm-started from the last rows.
         steps = options.warm_iterations if losses else options.iterations
@@ -486,7 +490,7 @@ def run_rap(
     return RapResult(
         table,
         tuple(m.query for m in measured),
-        tuple(m.answer for m in measured),
+        tuple(unclipped),
         tuple(losses),
         total,
         tuple(float(m.sigma) for m in measured),
