@@ -213,7 +213,7 @@ def verify(
     events, its schema and hashes, its events and budget against the plan of its embedded spec,
     and with ``key`` (the curator's public key) its signature. Returns the problems found
     (empty: it verifies); a bad file is a problem, never an exception."""
-    from dpql.audit import verify_release
+    from dpql.release.verify import verify_release
 
     result = verify_release(
         Path(record_path),

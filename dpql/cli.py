@@ -283,9 +283,9 @@ def _plan_accounting(spec: Any, plan: Any) -> tuple[list[str], str]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from dpql.check import check_policy, lifetime_report, planned_spend
     from dpql.plan.planner import build_plan
-    from dpql.project import choose_ledger
+    from dpql.release.policy import check_policy, lifetime_report, planned_spend
+    from dpql.release.project import choose_ledger
     from dpql.spec.load import load_spec
 
     spec = load_spec(args.spec)
@@ -358,7 +358,7 @@ def _emit(doc: dict[str, Any], code: int = EXIT_OK) -> int:
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    from dpql.ledger_report import ledger_report, render_report
+    from dpql.release.ledger_report import ledger_report, render_report
 
     report = ledger_report(args.target, Path(args.policy) if args.policy else None)
     if args.format == "json":
@@ -527,7 +527,7 @@ def _print_compiled(result: Any, verbose: bool = False) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from dpql.audit import verify_release
+    from dpql.release.verify import verify_release
 
     path = Path(args.record)
     synthetic = Path(args.synthetic) if args.synthetic else None
@@ -600,7 +600,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from dpql.signing import SigningError, generate_keypair
+    from dpql.release.signing import SigningError, generate_keypair
 
     out_path = Path(args.out)
     try:

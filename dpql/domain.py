@@ -98,7 +98,7 @@ class CategoricalColumn:
     (the coarse level every query and synthesizer sees) and ``fine`` = the values the data and
     the released table hold, ``parent[i]`` being the group code of ``fine[i]``. Data cells are
     read at the fine level and coded by their group (:meth:`label_codes`); output codes are
-    decoded to a fine value drawn uniformly within the group (``dpql.codec``).
+    decoded to a fine value drawn uniformly within the group (``dpql.data.codec``).
     """
 
     name: str

@@ -21,19 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from dpql.commit import (
-    Interrupted,
-    _commit,
-    _enforce_policy,
-    _stage,
-    _stage_release,
-    _staged_path,
-    _writer,
-    output_location_errors,
-    release_inputs,
-    remove_orphans,
-)
-from dpql.curator import curator_key, curator_path, curator_record
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.io import CURATOR_MODE, atomic_path
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
@@ -49,8 +36,20 @@ from dpql.privacy.budget import BudgetExceeded
 from dpql.privacy.ledger import EPSILON_RTOL, Ledger
 from dpql.privacy.noise import NoiseSource, default_noise
 from dpql.progress import Progress
-from dpql.project import LedgerChoice, choose_ledger
 from dpql.quality import QualityHeadline, compile_headline
+from dpql.release.commit import (
+    Interrupted,
+    commit_release,
+    enforce_policy,
+    output_location_errors,
+    release_inputs,
+    remove_orphans,
+    stage_release,
+    stage_text,
+    staged_path,
+)
+from dpql.release.curator import curator_key, curator_path, curator_record
+from dpql.release.project import LedgerChoice, choose_ledger
 from dpql.spec.load import LoadedSpec, load_spec
 from dpql.synth.base import RunContext, backend
 
@@ -159,13 +158,13 @@ def compile_release(
     ``noise`` defaults to a fresh OS-entropy source; a test-only reproducible source is refused
     unless ``allow_reproducible_noise`` (tests only: such a release is not private).
     Every release is recorded in the lifetime ledger of its data source and answers to the
-    policy that :func:`dpql.project.choose_ledger` finds (``ledger_path`` and ``policy_path``
-    override what is found; the release's line names its data source). The ledger of mechanism
-    events is an odometer created with the plan's budget; a run that would overspend is
+    policy that :func:`dpql.release.project.choose_ledger` finds (``ledger_path`` and
+    ``policy_path`` override what is found; the release's line names its data source). The ledger of
+    mechanism events is an odometer created with the plan's budget; a run that would overspend is
     refused (``E611``) and nothing is written. The curator-only
-    facts and the stage timings go to the curator file (:mod:`dpql.curator`), never to the
+    facts and the stage timings go to the curator file (:mod:`dpql.release.curator`), never to the
     published record. With ``signing_key`` (an Ed25519 private key from ``dpql keygen``) the
-    record is signed (:mod:`dpql.signing`). ``postprocess_policy`` overrides the default
+    record is signed (:mod:`dpql.release.signing`). ``postprocess_policy`` overrides the default
     :class:`~dpql.postprocess.policy.PostprocessPolicy` (benchmarks); the record reports it.
 
     Before any private data is read: every output location and the ledger are validated,
@@ -181,7 +180,7 @@ def compile_release(
     a frame the spec's ``data.path``.
 
     Stages: plan (no data) -> preflight -> open the private table -> the backend's ``run`` ->
-    post-process -> re-check the spend -> commit (:func:`_commit`: staged files, pending
+    post-process -> re-check the spend -> commit (:func:`commit_release`: staged files, pending
     ledger line, renames, committed; docs/architecture.md "Writing a release").
     """
     if noise is not None and getattr(noise, "reproducible", False) and not allow_reproducible_noise:
@@ -257,10 +256,10 @@ def compile_release(
             "was recorded in the ledger"
         ) from None
     txid = f"{os.getpid()}-{secrets.token_hex(6)}"
-    staged = {role: _staged_path(target, txid) for role, target in targets.items()}
+    staged = {role: staged_path(target, txid) for role, target in targets.items()}
     try:
         with clock("write"):
-            record = _stage_release(
+            record = stage_release(
                 spec, plan, ledger, {"method": plan.method, "rounding_seed": seed, **synth.info},
                 table, requirements, postprocess, signing_key, targets, staged,
                 population=oracle.to_json() if dropped else full_population(),
@@ -268,7 +267,7 @@ def compile_release(
             key, key_source = curator_key(targets["curator file"].parent)  # folder mode 0700
             facts = curator_record(summary, timings, key, key_source)
             curator = json.dumps(facts, indent=2)
-            _stage(staged["curator file"], _writer(curator + "\n", CURATOR_MODE), CURATOR_MODE)
+            stage_text(staged["curator file"], curator + "\n", CURATOR_MODE)
     except BaseException as exc:
         for path in staged.values():
             path.unlink(missing_ok=True)
@@ -279,7 +278,9 @@ def compile_release(
             ) from None
         raise
     hmac = facts.get("data_hmac_sha256")
-    _commit(spec, record, targets, staged, txid, ledger_file, policy, plan, hmac, choice.data)
+    commit_release(
+        spec, record, targets, staged, txid, ledger_file, policy, plan, hmac, choice.data
+    )
     return CompileResult(
         plan, targets["table"], targets["record"], record, timings, targets["curator file"],
         quality, ledger_file, policy.path if policy is not None else None,
@@ -316,7 +317,7 @@ def _preflight(
     """Everything that can refuse the release without the data, before it is read: every
     output and the ledger checked against each other and the ``inputs``. Finishes interrupted
     releases found in the ledger first."""
-    from dpql.lifetime import locked_ledger, recover_ledger
+    from dpql.release.lifetime import locked_ledger, recover_ledger
 
     ledger_file, policy = choice.ledger, choice.policy
     errors = output_location_errors(spec, targets, force=True, ledger=ledger_file, inputs=inputs)
@@ -331,7 +332,7 @@ def _preflight(
     if errors:
         raise DiagnosticError(errors)
     if policy is not None:
-        _enforce_policy(spec, plan, policy, ledger_file, data=choice.data)
+        enforce_policy(spec, plan, policy, ledger_file, data=choice.data)
 
 
 class _Clock:
@@ -369,7 +370,7 @@ def _note_ignored_columns(private: object, notify: Callable[[str], None] | None)
 
 def _check_signing_key(path: Path) -> None:
     """A signing key that cannot be used is refused before any data is read (V045)."""
-    from dpql.signing import SigningError, load_private_key
+    from dpql.release.signing import SigningError, load_private_key
 
     try:
         load_private_key(Path(path))

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from dpql.domain import EncodedTable
+from dpql.ir.oracle import MeasurementOracle
+from dpql.ir.queries import Count, Marginal, Query, TruePred, joint_l2_sensitivity
 from dpql.plan.acceptance import Z
-from dpql.plan.ir import Count, Marginal, Query, TruePred, joint_l2_sensitivity
-from dpql.plan.oracle import MeasurementOracle
 from dpql.privacy.mechanisms import gaussian_sigma
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from dpql.domain import EncodedTable
-from dpql.plan.exact import answer
-from dpql.plan.ir import Marginal
+from dpql.ir.exact import answer
+from dpql.ir.queries import Marginal
 
 
 @dataclass(frozen=True)

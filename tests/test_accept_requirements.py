@@ -13,9 +13,8 @@ from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
-from dpql.plan import acceptance
-from dpql.plan.exact import answer, answer_all, design_matrix
-from dpql.plan.ir import (
+from dpql.ir.exact import answer, answer_all, design_matrix
+from dpql.ir.queries import (
     CatIn,
     CentredProduct,
     CorrRequirement,
@@ -26,6 +25,7 @@ from dpql.plan.ir import (
     Tolerance,
     TruePred,
 )
+from dpql.plan import acceptance
 from dpql.plan.requirements import expand_requirements, product_query
 from dpql.postprocess import accept, iproj, risk, run
 

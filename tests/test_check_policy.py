@@ -11,21 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from dpql.check import (
-    RdpCurve,
-    ReleaseBudget,
-    ReleaseRecord,
-    append_release,
-    check_policy,
-    lifetime_budget,
-    planned_curve,
-    read_ledger,
-    release_record,
-    zcdp_epsilon,
-)
 from dpql.diagnostics import DiagnosticError, InternalError
 from dpql.domain import Domain, NumericColumn
 from dpql.privacy.accountant import eps_from_rho
+from dpql.release.lifetime import (
+    RdpCurve,
+    ReleaseRecord,
+    append_release,
+    read_ledger,
+    release_record,
+)
+from dpql.release.policy import (
+    ReleaseBudget,
+    check_policy,
+    lifetime_budget,
+    planned_curve,
+    zcdp_epsilon,
+)
 from dpql.spec import LoadedPolicy, LoadedSpec, load_policy, load_spec
 
 CORPUS = Path(__file__).parent / "specs"
@@ -134,7 +136,7 @@ def test_a_typo_in_the_policy_ledger_or_an_unusable_ledger_is_an_error(tmp_path:
     another ledger beside the policy or the spec: a typo in the policy's ledger path must not
     read as "no earlier releases" (E616 names the real one); a directory or BOM-prefixed ledger
     is refused with a located error too."""
-    from dpql.project import choose_ledger
+    from dpql.release.project import choose_ledger
 
     spec, policy = _setup(tmp_path)
     ledger = policy.ledger_path

@@ -1,4 +1,4 @@
-"""The public encoding (dpql.codec): correct codes and scaling; total over cells (no cell is an
+"""The public encoding (dpql.data.codec): correct codes and scaling; total over cells (no cell is an
 error: each follows its column's rule), errors only for the spec's rules and the schema."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.codec import Fill, decode, decode_values, encode_frame, inspect_frame
+from dpql.data.codec import Fill, decode, decode_values, encode_frame, inspect_frame
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
 

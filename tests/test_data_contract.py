@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpql.codec import Fill
+from dpql.data.codec import Fill
 from dpql.data.engines import (
     DuckDBEngine,
     InMemoryEngine,

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.codec import Fill
 from dpql.data import engines
+from dpql.data.codec import Fill
 from dpql.data.engines import (
     DuckDBEngine,
     InMemoryEngine,
@@ -25,7 +25,7 @@ from dpql.data.engines import (
 )
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     And,
     CatIn,
     CentredProduct,
@@ -463,8 +463,8 @@ def test_spark_unavailable_names_what_is_missing(
 def test_model_accuracy_sums_over_row_chunks_to_one_value() -> None:
     """Tables longer than one row chunk still give one sum per model query (chunk sums add)."""
     from dpql.domain import EncodedTable
-    from dpql.plan.exact import ROW_CHUNK, grid_sums_all, model_scores, sums_all
-    from dpql.plan.ir import query_grid
+    from dpql.ir.exact import ROW_CHUNK, grid_sums_all, model_scores, sums_all
+    from dpql.ir.queries import query_grid
 
     rng = np.random.default_rng(5)
     domain = random_domain(rng)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from adult_domain import adult_domain, adult_rows
 
-from dpql.codec import Fill
+from dpql.data.codec import Fill
 from dpql.data.load import load_public_table, load_table, read_csv_text, rules_from_spec
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn

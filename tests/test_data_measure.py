@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.codec import encode_frame
+from dpql.data.codec import encode_frame
 from dpql.data.engines import InMemoryEngine
 from dpql.data.measure import PrivateMeasurer
 from dpql.diagnostics import InternalError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
-from dpql.plan.ir import CatIn, Count, Marginal, Moment, NumCmp, Query, query_grid
+from dpql.ir.queries import CatIn, Count, Marginal, Moment, NumCmp, Query, query_grid
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gumbel_beta
 from dpql.privacy.noise import NoiseSource

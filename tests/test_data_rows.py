@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.codec import Fill
+from dpql.data.codec import Fill
 from dpql.data.engines import DuckDBEngine, InMemoryEngine
 from dpql.data.rows import RowStore, open_private_rows
 from dpql.diagnostics import DiagnosticError

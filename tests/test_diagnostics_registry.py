@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from dpql import codec
+from dpql.data import codec
 from dpql.diagnostics_registry import (
     CODE_PATTERN,
     DOC,
@@ -71,7 +71,7 @@ def test_the_scan_sees_the_codes() -> None:
     found = code_literals()
     assert len(found) >= 90
     assert {c[0] for c in found} == {"E", "W", "P", "V"}
-    assert "dpql.spec.load" in found["E010"] and "dpql.provenance" in found["V030"]
+    assert "dpql.spec.load" in found["E010"] and "dpql.release.provenance" in found["V030"]
     assert "dpql.data.engines.duckdb" in found["E409"]
     raised = code_literals(raised_only=True)
     assert set(raised) <= set(found) and len(raised) >= 90

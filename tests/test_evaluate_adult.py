@@ -22,7 +22,7 @@ from dpql.evaluate import (
     marginal_tvd,
     tstr_scores,
 )
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     And,
     CatIn,
     CorrRequirement,

@@ -14,7 +14,7 @@ import pytest
 
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
 from dpql.evaluate import MissingExtraError, build_report
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     CatIn,
     CorrRequirement,
     Count,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
-from dpql.plan.ir import Marginal
+from dpql.ir.queries import Marginal
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 from dpql.privacy.noise import NoiseSource

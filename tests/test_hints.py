@@ -10,7 +10,7 @@ import pytest
 
 import dpql
 from dpql.domain import CategoricalColumn, Domain
-from dpql.plan.ir import CatIn, Count
+from dpql.ir.queries import CatIn, Count
 from dpql.postprocess.iproj import _support_warnings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ import pytest
 from test_iproj_support import spy_recentre
 
 from dpql.cli import main
-from dpql.plan.ir import ModelRequirement
-from dpql.spec.schema import SCHEMA_DIR
+from dpql.ir.queries import ModelRequirement
+from dpql.schemas import SCHEMA_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "adult-external"
@@ -84,7 +84,7 @@ def test_external_example_compiles_and_verifies(tmp_path: Path, capsys, monkeypa
     # post-processing moved the uniform table toward every measured requirement
     post = record["postprocess"]
     # exact discrete noise: every published measure is a whole number of grid steps over n
-    from dpql.plan.ir import query_grid
+    from dpql.ir.queries import query_grid
 
     # the measures compile answered: the plan's, the corr's second moments and the mean's
     # numerator centred at the external table's means (dpql.postprocess.centre), the

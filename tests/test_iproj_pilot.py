@@ -16,8 +16,8 @@ import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table, planned, spy_recentre
 
 from dpql.domain import EncodedTable
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import (
     CatIn,
     CorrRequirement,
     Count,

@@ -114,9 +114,9 @@ def test_small_table_keeps_its_rows_and_marginals(tmp_path: Path, seed: int) -> 
 
 
 def _table_and_queries(rows: int = 2000):
-    from dpql.codec import encode_frame
-    from dpql.plan.exact import answer_all
-    from dpql.plan.ir import CorrRequirement, Tolerance
+    from dpql.data.codec import encode_frame
+    from dpql.ir.exact import answer_all
+    from dpql.ir.queries import CorrRequirement, Tolerance
     from dpql.plan.requirements import expand_requirements
     from dpql.spec.load import load_spec
 

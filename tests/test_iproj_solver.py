@@ -10,8 +10,8 @@ from test_iproj_support import DOMAIN, ExactOracle, make_table
 
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
-from dpql.plan.exact import answer, answer_all, per_row
-from dpql.plan.ir import (
+from dpql.ir.exact import answer, answer_all, per_row
+from dpql.ir.queries import (
     CatIn,
     CentredProduct,
     CorrRequirement,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpql.codec import CuratorLog
+from dpql.data.codec import CuratorLog
 from dpql.data.engines import InMemoryEngine
 from dpql.data.measure import PrivateMeasurer
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
@@ -104,7 +104,7 @@ def test_a_constant_count_of_present_rows_is_not_a_support_warning() -> None:
     import dataclasses
 
     from dpql.domain import CategoricalColumn, Domain
-    from dpql.plan.ir import CatIn, Count
+    from dpql.ir.queries import CatIn, Count
     from dpql.plan.requirements import present
     from dpql.postprocess.iproj import _support_warnings
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle
 
-from dpql.plan.exact import answer_all, per_row
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all, per_row
+from dpql.ir.queries import (
     CatIn,
     CorrRequirement,
     Count,

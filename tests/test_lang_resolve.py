@@ -12,9 +12,8 @@ from adult_domain import adult_domain, adult_rows, adult_spec
 
 from dpql.diagnostics import DiagnosticError, DiagnosticSink, SourcePos
 from dpql.domain import EncodedTable, NumericColumn
-from dpql.lang.parser import parse_requirements, parse_workload
-from dpql.plan.exact import answer
-from dpql.plan.ir import (
+from dpql.ir.exact import answer
+from dpql.ir.queries import (
     CatIn,
     CorrRequirement,
     Count,
@@ -26,6 +25,7 @@ from dpql.plan.ir import (
     Prefix,
     Tolerance,
 )
+from dpql.lang.parser import parse_requirements, parse_workload
 from dpql.plan.resolve import (
     DEFAULT_RANGE_THRESHOLDS,
     MAX_MARGINAL_CELLS,

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.codec import Fill, decode_values, encode_frame
+from dpql.data.codec import Fill, decode_values, encode_frame
 from dpql.diagnostics import DiagnosticError
-from dpql.plan.ir import Marginal
+from dpql.ir.queries import Marginal
 from dpql.spec.load import load_normalised_spec, load_spec, normalised_spec_json
 
 N_FINE, N_GROUPS, ROWS = 10_000, 50, 30_000

@@ -1,4 +1,4 @@
-"""One lifetime ledger per data source, found without flags (dpql.project): ``dpql compile`` and
+"""One lifetime ledger per data source, found without flags (dpql.release.project): ``dpql compile`` and
 ``dpql check`` find the policy (or ``dpql.yaml``) by walking up from the spec and record in,
 and enforce, the policy's ledger; releases of one data source in several ledgers are refused;
 ``dpql ledger`` reports the spend per data source and per release."""
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from test_release_commit import POLICY, _refuse, _spec
 
-from dpql.check import ReleaseRecord, lifetime_budget, planned_spend, read_ledger
 from dpql.cli import main
+from dpql.release.lifetime import ReleaseRecord, read_ledger
+from dpql.release.policy import lifetime_budget, planned_spend
 from dpql.spec.load import load_spec
 
 

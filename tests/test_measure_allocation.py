@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle
 
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import (
     CentredProduct,
     CorrRequirement,
     CountRequirement,

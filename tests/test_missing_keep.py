@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 import dpql
-from dpql.codec import decode, encode_frame
+from dpql.data.codec import decode, encode_frame
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
+from dpql.ir.queries import Count, TruePred
 from dpql.plan.describe import describe_query
-from dpql.plan.ir import Count, TruePred
 from dpql.spec.load import build_domain
 
 ROOT = Path(__file__).resolve().parents[1]

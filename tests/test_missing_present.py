@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpql.codec import encode_frame
+from dpql.data.codec import encode_frame
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import CatIn, CorrRequirement, MeanRequirement, ModelRequirement, Tolerance
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import CatIn, CorrRequirement, MeanRequirement, ModelRequirement, Tolerance
 from dpql.plan.requirements import (
     predicted_error,
     present,
@@ -117,7 +117,7 @@ def test_model_metric_is_over_complete_cases(model: str) -> None:
 
 def test_sql_engine_agrees_on_present_rows(tmp_path) -> None:
     from dpql.data.engines import open_engine
-    from dpql.plan.ir import query_grid
+    from dpql.ir.queries import query_grid
 
     df = _frame(2)
     path = tmp_path / "t.csv"

@@ -71,7 +71,7 @@ def _report(tmp_path: Path, domain: Domain, real: pd.DataFrame, method: str | No
     pytest.importorskip("sklearn")
     pytest.importorskip("matplotlib")
     from dpql.evaluate import build_report
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
 
     out = tmp_path / "report"
     report = build_report(domain, real, real.iloc[::-1], [Marginal((domain.names[0],))], [],

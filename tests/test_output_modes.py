@@ -55,8 +55,8 @@ def test_overwriting_a_0600_output_makes_it_public(tmp_path: Path, umask: int) -
 
 
 def test_curator_only_files_stay_private(tmp_path: Path, umask: int) -> None:
-    from dpql.curator import write_curator_json
     from dpql.evaluate.render import _atomic_write
+    from dpql.release.curator import write_curator_json
 
     curator = tmp_path / "curator" / "t.CURATOR-ONLY.json"
     write_curator_json({"rows": 3}, curator)

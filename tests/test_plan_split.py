@@ -171,8 +171,8 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
     ROOM_SHARE_CAP leaves.)"""
     import pandas as pd
 
-    from dpql.codec import encode_frame
-    from dpql.plan.ir import joint_l2_sensitivity
+    from dpql.data.codec import encode_frame
+    from dpql.ir.queries import joint_l2_sensitivity
     from dpql.plan.requirements import release_rhos, value_sd
     from dpql.postprocess.allocation import allocation_scales
     from dpql.postprocess.centre import keep_planned_l2, recentre

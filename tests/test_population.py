@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from test_iproj_support import make_table
 
-from dpql.codec import CuratorLog
+from dpql.data.codec import CuratorLog
 from dpql.data.engines import InMemoryEngine
 from dpql.data.measure import PrivateMeasurer
-from dpql.plan.ir import Count, Marginal, TruePred
+from dpql.ir.queries import Count, Marginal, TruePred
 from dpql.population import PopulationOracle
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource

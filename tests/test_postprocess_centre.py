@@ -11,8 +11,8 @@ import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table, planned
 
 from dpql.domain import EncodedTable
-from dpql.plan.exact import answer_all, per_row
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all, per_row
+from dpql.ir.queries import (
     CENTRE_GRID,
     CatIn,
     CentredProduct,

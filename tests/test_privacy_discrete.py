@@ -15,11 +15,11 @@ import pytest
 from scipy import stats
 
 import dpql.privacy.noise as noise_module
-from dpql.codec import encode_frame
+from dpql.data.codec import encode_frame
 from dpql.data.engines import InMemoryEngine
 from dpql.data.measure import PrivateMeasurer
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
-from dpql.plan.ir import CatIn, CentredProduct, Count, Moment, query_grid
+from dpql.ir.queries import CatIn, CentredProduct, Count, Moment, query_grid
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
 

@@ -18,7 +18,13 @@ import pytest
 from releases import write_small_release
 
 from dpql.cli import main
-from dpql.curator import (
+from dpql.diagnostics import DiagnosticError
+from dpql.plan.planner import Budget
+from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
+from dpql.privacy.budget import BudgetExceeded, split_rho
+from dpql.privacy.ledger import EPSILON_RTOL, Ledger, PrivacyEvent
+from dpql.privacy.mechanisms import gumbel_top_k
+from dpql.release.curator import (
     CURATOR_KEY_ENV,
     KEY_FILE_NAME,
     curator_key,
@@ -27,13 +33,7 @@ from dpql.curator import (
     file_hmac,
     write_curator_json,
 )
-from dpql.diagnostics import DiagnosticError
-from dpql.plan.planner import Budget
-from dpql.privacy.accountant import eps_from_rho, rho_from_eps_delta
-from dpql.privacy.budget import BudgetExceeded, split_rho
-from dpql.privacy.ledger import EPSILON_RTOL, Ledger, PrivacyEvent
-from dpql.privacy.mechanisms import gumbel_top_k
-from dpql.provenance import record_schema, verify_record
+from dpql.release.provenance import record_schema, verify_record
 from dpql.spec.load import load_spec, normalised_spec_json
 
 ROOT = Path(__file__).resolve().parents[1]

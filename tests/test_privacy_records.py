@@ -14,16 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from dpql.check import (
-    ReleaseBudget,
-    ReleaseRecord,
-    check_policy,
-    compose_releases,
-    lifetime_budget,
-    planned_curve,
-    planned_spend,
-    zcdp_epsilon,
-)
 from dpql.diagnostics import DiagnosticError
 from dpql.plan.planner import build_plan
 from dpql.privacy.accountant import (
@@ -35,7 +25,17 @@ from dpql.privacy.accountant import (
 )
 from dpql.privacy.ledger import Ledger, PrivacyEvent
 from dpql.privacy.mechanisms import gaussian_sigma
-from dpql.provenance import build_record, sha256_json, verify_record
+from dpql.release.lifetime import ReleaseRecord
+from dpql.release.policy import (
+    ReleaseBudget,
+    check_policy,
+    compose_releases,
+    lifetime_budget,
+    planned_curve,
+    planned_spend,
+    zcdp_epsilon,
+)
+from dpql.release.provenance import build_record, sha256_json, verify_record
 from dpql.spec import load_policy, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,7 +308,7 @@ def test_lifetime_delta_cap_is_enforced(tmp_path: Path) -> None:
     (tmp_path / "policy.yaml").write_text(POLICY)
     spec, policy = load_spec(tmp_path / "s.release.yaml"), load_policy(tmp_path / "policy.yaml")
     assert policy.model.lifetime is not None and policy.model.lifetime.delta == 2.5e-9
-    from dpql.check import append_release
+    from dpql.release.lifetime import append_release
 
     line = ReleaseRecord(
         name="r", spec_sha256="0" * 64, epsilon=0.5, delta=1e-9, time="2024-05-01T00:00:00+00:00"

@@ -15,11 +15,11 @@ from test_iproj_support import spy_recentre
 
 from dpql.cli import main
 from dpql.evaluate.workload import describe_query
-from dpql.plan.ir import ModelRequirement, joint_l2_sensitivity
+from dpql.ir.queries import ModelRequirement, joint_l2_sensitivity
 from dpql.plan.planner import build_plan
-from dpql.provenance import RECORD_VERSION, record_schema, verify_record
+from dpql.release.provenance import RECORD_VERSION, record_schema, verify_record
+from dpql.schemas import SCHEMA_DIR
 from dpql.spec.load import load_spec
-from dpql.spec.schema import SCHEMA_DIR
 
 SCHEMA = json.loads((SCHEMA_DIR / "provenance.schema.json").read_text(encoding="utf-8"))
 

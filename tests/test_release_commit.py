@@ -26,17 +26,16 @@ import pandas as pd
 import pytest
 from guards import wait_or_fail
 
-from dpql.check import (
+from dpql.cli import main
+from dpql.pipeline import remove_orphans
+from dpql.release.lifetime import (
     ReleaseRecord,
     StagedOutput,
-    lifetime_budget,
     locked_ledger,
-    planned_spend,
     read_ledger,
     recover_ledger,
 )
-from dpql.cli import main
-from dpql.pipeline import remove_orphans
+from dpql.release.policy import lifetime_budget, planned_spend
 from dpql.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,16 +17,16 @@ from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.cli import main
 from dpql.diagnostics import DiagnosticError
-from dpql.lang.ast import to_dsl
-from dpql.lang.parser import parse_requirement, parse_requirements
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import (
     CorrRequirement,
     MeanRequirement,
     Tolerance,
     TruePred,
     joint_l2_sensitivity,
 )
+from dpql.lang.ast import to_dsl
+from dpql.lang.parser import parse_requirement, parse_requirements
 from dpql.plan.requirements import expand_requirements
 from dpql.plan.resolve import resolve_requirements
 from dpql.postprocess import iproj
@@ -190,7 +190,7 @@ def test_compile_step_with_weights_spends_one_event_per_release_and_reports_each
 ) -> None:
     from types import SimpleNamespace
 
-    from dpql.plan.ir import ModelRequirement
+    from dpql.ir.queries import ModelRequirement
     from dpql.postprocess import run
 
     # a bound: measured by its moments (a `within` logistic is measured by its pilot alone)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dpql.spec.schema import SCHEMA_DIR, SCHEMAS, schema_text, write_schemas
+from dpql.schemas import SCHEMA_DIR, SCHEMAS, schema_text, write_schemas
 from dpql.spec.yamlpos import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +17,7 @@ EXAMPLES = ROOT / "examples"
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_committed_schema_is_up_to_date(name: str) -> None:
     committed = (SCHEMA_DIR / name).read_text(encoding="utf-8")
-    assert committed == schema_text(SCHEMAS[name]), "run: python -m dpql.spec.schema"
+    assert committed == schema_text(SCHEMAS[name]), "run: python -m dpql.schemas"
 
 
 def test_write_schemas_writes_every_schema(tmp_path: Path) -> None:

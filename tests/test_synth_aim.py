@@ -269,7 +269,7 @@ def test_model_size_cap_from_the_machine(tmp_path, monkeypatch):
 def test_balancer_targets_are_the_workload_marginals():
     """The row balancer's targets are the candidates inside no other: the workload's own
     marginals, not their sub-marginals."""
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
     from dpql.synth.aim import candidates, maximal
 
     cols = ("a", "b", "c", "d", "e")
@@ -302,7 +302,7 @@ def _plan(columns, queries, rho, n, cards, **options):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
     from dpql.synth.aim import _pick_forest
     from dpql.synth.graphical import IndependentModel
 
@@ -325,7 +325,7 @@ def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
 
 
 def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
     from dpql.synth.aim import budget_lines, spanning_picks
 
     cols = ("a", "b", "c", "d", "e")

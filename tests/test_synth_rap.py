@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import (
     And,
     CatIn,
     Count,
@@ -274,7 +274,7 @@ def test_rap_fits_measured_marginals_better_than_uniform_rows():
 
 
 def test_schedule_never_exceeds_budget_and_interleaves():
-    from dpql.plan.ir import Halfspace as H
+    from dpql.ir.queries import Halfspace as H
 
     domain = small_domain()
     wl = [Marginal(("colour", "age", "label"))] + [

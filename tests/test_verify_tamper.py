@@ -21,12 +21,12 @@ import pytest
 from releases import write_small_release
 
 import dpql
-from dpql.audit import verify_release
 from dpql.cli import main
 from dpql.io import public_mode
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import PrivacyEvent
-from dpql.signing import SigningError, sign_record, verify_signature
+from dpql.release.signing import SigningError, sign_record, verify_signature
+from dpql.release.verify import verify_release
 
 pytestmark = pytest.mark.e2e  # every test reads the one signed release the fixture compiles
 

@@ -81,7 +81,7 @@ def score(spec_path: Path, table: Path, seed: int) -> dict[str, Any]:
     from dpql.evaluate.encode import encode_table
     from dpql.evaluate.models import tstr_scores
     from dpql.evaluate.workload import marginal_tvd
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
     from dpql.plan.planner import build_plan
     from dpql.spec.load import load_spec
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from dpql.data.load import load_table
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import CorrRequirement, Tolerance
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import CorrRequirement, Tolerance
 from dpql.plan.requirements import expand_requirements
 from dpql.postprocess import iproj
 from dpql.spec.load import load_spec

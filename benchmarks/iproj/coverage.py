@@ -114,8 +114,8 @@ def _codes(table) -> np.ndarray:
 
 def real_values(req, released, real) -> tuple[float, float]:
     """The requirement's value on the released and on the real table (exact)."""
-    from dpql.plan.exact import answer_all, per_row
-    from dpql.plan.ir import ModelRequirement
+    from dpql.ir.exact import answer_all, per_row
+    from dpql.ir.queries import ModelRequirement
     from dpql.plan.requirements import requirement_queries, requirement_value
     from dpql.postprocess.accept import finite_rows, fit_model
 
@@ -133,7 +133,7 @@ def real_values(req, released, real) -> tuple[float, float]:
 def compile_once(table: str, seed: int, requirements: bool) -> dict:
     import dpql.postprocess.run as run_module
     from dpql.cli import main as dpql
-    from dpql.codec import encode_frame
+    from dpql.data.codec import encode_frame
     from dpql.plan.planner import build_plan
     from dpql.spec.load import load_spec
 

@@ -90,14 +90,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from dpql.codec import CuratorLog
+from dpql.data.codec import CuratorLog
 from dpql.data.engines import InMemoryEngine
 from dpql.data.load import load_table
 from dpql.data.measure import PrivateMeasurer
 from dpql.domain import Domain, EncodedTable, NumericColumn
 from dpql.evaluate.workload import marginal_tvd
-from dpql.plan.exact import answer_all, design_matrix
-from dpql.plan.ir import CorrRequirement, Marginal, ModelRequirement, Tolerance
+from dpql.ir.exact import answer_all, design_matrix
+from dpql.ir.queries import CorrRequirement, Marginal, ModelRequirement, Tolerance
 from dpql.plan.requirements import expand_requirements, product_query
 from dpql.postprocess import iproj
 from dpql.postprocess.allocation import allocation_scales

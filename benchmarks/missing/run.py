@@ -36,7 +36,7 @@ import pandas as pd
 import dpql
 from dpql.data.load import load_table, rules_from_spec
 from dpql.evaluate.workload import marginal_tvd
-from dpql.plan.ir import Marginal
+from dpql.ir.queries import Marginal
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

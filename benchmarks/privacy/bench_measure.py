@@ -20,7 +20,7 @@ import numpy as np
 
 from dpql.data.engines import open_engine
 from dpql.data.measure import PrivateMeasurer
-from dpql.plan.ir import Marginal
+from dpql.ir.queries import Marginal
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
 from dpql.spec.load import load_spec

@@ -6,7 +6,7 @@ github.com/ryan112358/private-pgm). This module re-implements those two mechanis
 2.x API, following the reference scripts step by step, with three deliberate changes so that the
 comparison with dpql is like for like:
 
-* **Neighbouring relation.** dpql is replace-one at a public row count ``n`` (`dpql/plan/ir.py`).
+* **Neighbouring relation.** dpql is replace-one at a public row count ``n`` (`dpql/ir/queries.py`).
   The reference scripts are add/remove-one (count vectors: L2 sensitivity 1, L1 score sensitivity
   ``wgt``). Here every count vector has L2 sensitivity sqrt(2) and every selection score L1
   sensitivity ``2 * wgt``; the total ``n`` is public, so the estimators get ``known_total = n``.

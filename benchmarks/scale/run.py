@@ -136,7 +136,7 @@ def child(
 ) -> dict[str, object]:
     """Open ``engine`` on ``path``, answer all 3-way marginals; times, peak RSS, checksum."""
     from dpql.data.engines import local_spark_session, open_engine
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
 
     dom = domain()
     queries = [Marginal(c) for c in itertools.combinations(dom.names, 3)]

@@ -34,8 +34,8 @@ import run  # noqa: E402
 
 def expected_tvd(ev: run.Evaluator, probs: dict[str, np.ndarray]) -> float:
     """Mean TVD between the product of ``probs`` and the real table on the evaluator's
-    marginals (row-major cells, as ``dpql.plan.exact`` answers them)."""
-    from dpql.plan.exact import answer_all
+    marginals (row-major cells, as ``dpql.ir.exact`` answers them)."""
+    from dpql.ir.exact import answer_all
 
     real = answer_all(ev.queries, ev.real)
     out = []

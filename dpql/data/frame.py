@@ -1,7 +1,7 @@
 """A pandas DataFrame as the private table (``dpql.compile(spec, data=df)``).
 
 Part of the privacy boundary: the frame is encoded by the same codec as a file
-(:func:`dpql.codec.encode_frame`, the spec's missing-value and ``other`` rules) and held by the
+(:func:`dpql.data.codec.encode_frame`, the spec's missing-value and ``other`` rules) and held by the
 in-memory engine, so every statistic of it leaves only through the measurement oracle. It is
 never written to disk. Its cells are taken as they are typed (as Parquet's are): numbers for
 numeric columns, text or integer codes for categorical ones.
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from dpql.codec import CuratorLog, EncodingResult, MissingPolicy, encode_frame
+from dpql.data.codec import CuratorLog, EncodingResult, MissingPolicy, encode_frame
 from dpql.data.load import error
 from dpql.domain import Domain
 
@@ -47,7 +47,7 @@ def encode_dataframe(
     other: Mapping[str, str] | None = None,
 ) -> EncodingResult:
     """Encode ``df`` as the private table; the curator log carries :func:`frame_sha256`.
-    Total over cells, as for a file (:mod:`dpql.codec`): raises ``DiagnosticError`` only for a
+    Total over cells, as for a file (:mod:`dpql.data.codec`): raises ``DiagnosticError`` only for a
     frame of no rows (E403) or the frame's schema and the rules (E404, E406, E408)."""
     if len(df) == 0:
         raise error("E403", "the DataFrame has no rows", FRAME_SOURCE)

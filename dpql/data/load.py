@@ -5,12 +5,12 @@ Part of the privacy boundary (``dpql.data``): the only code besides DP-SGD that 
 Reading is total over records (design invariant 6): no record makes it fail. A CSV record whose
 field count differs from the header's, or that holds bytes that are not UTF-8 (or the character
 U+FFFD, which is what other readers make of such bytes), is *malformed*: it stays one record,
-with every cell empty, and the columns' missing-value rules apply (:mod:`dpql.codec`). Blank
+with every cell empty, and the columns' missing-value rules apply (:mod:`dpql.data.codec`). Blank
 lines are no records. Every engine reads CSV this way (:func:`read_csv_text` here, the SQL
 engines in :mod:`dpql.data.engines`).
 
 What may still refuse a file is a fact about the file, not about one record, each a
-:class:`DiagnosticError` naming the file (see ``dpql.codec.CODES``):
+:class:`DiagnosticError` naming the file (see ``dpql.data.codec.CODES``):
 
 * E401/E402: the path is missing, not a regular file, or of no known format;
 * E403: the file has no header or no rows (neighbours under replace-one have as many rows);
@@ -42,7 +42,7 @@ from typing import IO, TYPE_CHECKING, Literal
 import numpy as np
 import pandas as pd
 
-from dpql.codec import EncodingResult, Fill, MissingPolicy, encode_frame, inspect_frame
+from dpql.data.codec import EncodingResult, Fill, MissingPolicy, encode_frame, inspect_frame
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import Domain
 

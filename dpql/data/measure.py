@@ -1,4 +1,4 @@
-"""The private measurer: the :class:`~dpql.plan.oracle.MeasurementOracle` over the real table.
+"""The private measurer: the :class:`~dpql.ir.oracle.MeasurementOracle` over the real table.
 
 This is the privacy boundary's only exit. What leaves it is (a) noisy answers from the Gaussian
 mechanism, (b) indices chosen by Gumbel top-k, and (c) the public n it was given. Each call
@@ -13,7 +13,7 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
 
 * ``measure``: each query's sum is an integer number of steps of its public grid (1 for
   counts and cells; ``2^-20`` for real-valued moments, rounded per record, which keeps every
-  record inside its range: :func:`~dpql.plan.ir.query_grid`). With public scales ``c_q > 0``
+  record inside its range: :func:`~dpql.ir.queries.query_grid`). With public scales ``c_q > 0``
   the real vector ``(c_q a_q(D))_q`` has L2 sensitivity ``sqrt(sum_q (c_q Delta_2(q))^2)``
   (sqrt(2)/n per vector query, 1/n per scalar one); independent discrete Gaussian noise of
   scale ``sigma / c_q`` (in answer units) on each integer sum is rho-zCDP at that sensitivity
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpql.codec import CuratorLog
+from dpql.data.codec import CuratorLog
 from dpql.data.engines import MeasurementEngine
 from dpql.diagnostics import InternalError
-from dpql.plan.ir import Query, joint_l2_sensitivity, query_grid
+from dpql.ir.queries import Query, joint_l2_sensitivity, query_grid
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
@@ -122,7 +122,7 @@ class PrivateMeasurer:
         scales: Sequence[float] | None = None,
     ) -> list[np.ndarray]:
         """Discrete Gaussian mechanism on the integer sums of ``queries`` on their public grids
-        (:func:`~dpql.plan.ir.query_grid`), released as answers ``(sum + Y) * grid / n``:
+        (:func:`~dpql.ir.queries.query_grid`), released as answers ``(sum + Y) * grid / n``:
         rho-zCDP under replace-one neighbours at the public n, with L2 sensitivity
         ``sqrt(sum_q (c_q * q.sensitivity(n).l2) ** 2)`` of the scaled answers (sqrt(2)/n per
         vector query, 1/n per scalar one, times its scale). Query q gets noise sd ``sigma /

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpql.codec import MissingPolicy
+from dpql.data.codec import MissingPolicy
 from dpql.data.engines import InMemoryEngine, open_engine
 from dpql.data.frame import encode_dataframe
 from dpql.data.load import load_public_table, rules_from_spec

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpql.codec import MissingPolicy
+from dpql.data.codec import MissingPolicy
 from dpql.data.engines import STREAM_ROWS, EngineName, InMemoryEngine, open_engine
 from dpql.data.load import DataFormat
 from dpql.domain import Domain, EncodedTable, NumericColumn

@@ -10,7 +10,7 @@ Relations, all derived from the raw ``source``:
 * ``staged`` (view): ``z{i}`` empty flag, ``m{i}`` treated-as-missing flag (empty, or unreadable
   without an ``other`` catch-all) and ``v{i}``;
 * ``coded`` (view): per row the public codes ``c{i}``, for numeric columns the value clipped and
-  scaled to [0, 1] ``u{i}`` (the same IEEE operations as :mod:`dpql.codec`, so every engine
+  scaled to [0, 1] ``u{i}`` (the same IEEE operations as :mod:`dpql.data.codec`, so every engine
   gives bit-identical codes and scaled values), the cell states ``st{g}`` and ``keep``;
 * ``cube`` (materialised in the single scan of the source): distinct rows of ``coded`` without
   ``u`` and their counts ``w``. Validation counts (:func:`stats_sql`, turned into the codec's
@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dpql.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy, default_policy
+from dpql.data.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy, default_policy
 from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, NumericColumn
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     REAL_GRID,
     And,
     CatIn,
@@ -137,7 +137,7 @@ def double(x: float) -> str:
 
 
 def storage_of(type_name: str) -> Storage:
-    """Classify an engine's column type the way :mod:`dpql.codec` classifies pandas dtypes."""
+    """Classify an engine's column type the way :mod:`dpql.data.codec` classifies pandas dtypes."""
     t = type_name.upper()
     if t.startswith(("VARCHAR", "STRING", "CHAR", "TEXT")):
         return "text"
@@ -455,15 +455,15 @@ def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
 
 def _grid_sum(value: str) -> str:
     """``SUM(round(v / 2^-k))`` of a real per-record value on the public grid of
-    :data:`dpql.plan.ir.REAL_GRID`, rounded half up per record like
-    :func:`dpql.plan.exact.to_grid` (the scaling by a power of two is exact)."""
+    :data:`dpql.ir.queries.REAL_GRID`, rounded half up per record like
+    :func:`dpql.ir.exact.to_grid` (the scaling by a power of two is exact)."""
     return f"SUM(FLOOR(({value}) * {double(1.0 / REAL_GRID)} + {double(0.5)}))"
 
 
 def _linear_score(
     coef: Sequence[float], intercept: float, features: Sequence[str], d: Domain
 ) -> str:
-    """``coef . z(x) + intercept`` for the design row ``z`` of :func:`dpql.plan.exact.design_matrix`
+    """``coef . z(x) + intercept`` for the design row ``z`` of :func:`dpql.ir.exact.design_matrix`
     (per feature the scaled value, or one-hot indicators of every value of a categorical one),
     summed left to right as the matrix product does; a one-hot block contributes the weight of
     the row's value (the others multiply 0)."""
@@ -485,7 +485,7 @@ def _linear_score(
 
 def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
     """``SELECT SUM(score) FROM enc``: the per-record score of
-    :func:`dpql.plan.exact.model_scores` in SQL. Logistic: 1 when the first class of largest
+    :func:`dpql.ir.exact.model_scores` in SQL. Logistic: 1 when the first class of largest
     ``coef[c] . z + intercept[c]`` (``np.argmax`` order) is the label's code; linear:
     ``(u(label) - clip(coef[0] . z + intercept[0], 0, 1))**2``."""
     scores = [

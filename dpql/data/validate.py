@@ -7,7 +7,7 @@ category, the numbers outside the bounds, and the malformed records, with their 
 (1-based data rows) and, only on request, the values. Its output and its exit status depend on
 single records: they are for the curator's own terminal, never for a shared log, CI or a
 release. It reads the table in memory with the in-memory engine's reader and parser
-(:mod:`dpql.data.load`, :func:`dpql.codec.inspect_frame`), which every engine agrees with.
+(:mod:`dpql.data.load`, :func:`dpql.data.codec.inspect_frame`), which every engine agrees with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dpql.codec import MAX_EXAMPLES, ColumnIssues, Fill, MissingPolicy, inspect_frame
+from dpql.data.codec import MAX_EXAMPLES, ColumnIssues, Fill, MissingPolicy, inspect_frame
 from dpql.data.load import data_format, read_records
 from dpql.data.private import DataSource
 from dpql.domain import CategoricalColumn, Domain

@@ -21,7 +21,7 @@ The tables of ``docs/diagnostics.md`` are generated from here; after changing an
     python -m dpql.diagnostics_registry --check    # exit 1 if they are stale
 
 Views kept for their importers: :data:`dpql.spec.codes.CODES` (the loader and policy codes) and
-:data:`dpql.codec.CODES` (the data codes), both ``{code: title}``.
+:data:`dpql.data.codec.CODES` (the data codes), both ``{code: title}``.
 """
 
 from __future__ import annotations

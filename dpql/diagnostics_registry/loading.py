@@ -43,8 +43,8 @@ ENTRIES.error(
     "E005",
     "file cannot be read (missing, unreadable, not UTF-8)",
     (*PLANS, "ledger"),
-    "dpql.lifetime",
-    "dpql.ledger_report",
+    "dpql.release.lifetime",
+    "dpql.release.ledger_report",
     LOAD,
     details="file cannot be read (missing, unreadable, not UTF-8): the spec, the policy or the "
     "lifetime ledger",
@@ -93,7 +93,7 @@ ENTRIES.error(
     "E020",
     "malformed privacy-ledger line",
     ("check", "compile"),
-    "dpql.lifetime",
+    "dpql.release.lifetime",
     details="malformed privacy-ledger line (not JSON, or a bad record)",
     points="`ledger.jsonl:LINE`",
 )
@@ -481,7 +481,8 @@ for _code, _title, _details in [
     ),
 ]:
     _extra = {"details": _details} if _details else {}
-    ENTRIES.error(_code, _title, (*CHECK, "compile"), "dpql.check", **_extra)  # compile --policy
+    # compile --policy too
+    ENTRIES.error(_code, _title, (*CHECK, "compile"), "dpql.release.policy", **_extra)
 
 
 del _code, _title, _details, _extra

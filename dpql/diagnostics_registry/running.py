@@ -20,7 +20,7 @@ ENTRIES = EntryList()
 # ------------------------------------------------------------------------------------------------
 # the private data (E4xx)
 
-DATA_LOAD, CODEC = "dpql.data.load", "dpql.codec"
+DATA_LOAD, CODEC = "dpql.data.load", "dpql.data.codec"
 SQL_ENGINE = "dpql.data.engines.sql_engine"
 DUCKDB, SPARK = "dpql.data.engines.duckdb", "dpql.data.engines.spark"
 
@@ -269,7 +269,7 @@ ENTRIES.error(
     "E612",
     "the curator file or its HMAC key is unusable",
     READS_DATA,
-    "dpql.curator",
+    "dpql.release.curator",
     details="the curator file or its HMAC key is unusable: `output.curator` is the path of a "
     "published output, `$DPQL_CURATOR_KEY` is not at least 32 bytes of hex, or the key file "
     "`dpql-curator.key` is not a regular file of mode 0600 (or is malformed)",
@@ -279,7 +279,7 @@ ENTRIES.error(
     "E613",
     "an output location is unusable (checked before any data is read)",
     COMPILE,
-    "dpql.commit",
+    "dpql.release.commit",
     details="an output location is unusable, checked before any data is read: the table, record "
     "or curator path is a directory (or not a regular file), two outputs (the ledger and the "
     "curator key included) are one file, a path holds a NUL byte or a name longer than the file "
@@ -289,7 +289,7 @@ ENTRIES.error(
     "E618",
     "an output or the ledger is an input of the release (checked before any data is read)",
     ("compile", "evaluate"),
-    "dpql.commit",
+    "dpql.release.commit",
     "dpql.evaluate.cli",
     details="the table, record, curator file, curator HMAC key or lifetime ledger is the spec, "
     "the data file, a values or group file, the external table, the policy or the signing key "
@@ -302,7 +302,7 @@ ENTRIES.error(
     "E619",
     "the curator file or its HMAC key is inside the published folder",
     COMPILE,
-    "dpql.commit",
+    "dpql.release.commit",
     details="the curator file or `dpql-curator.key` is in the folder of the table or the record "
     "(or below it, when that folder holds neither the spec nor the data): that folder is meant "
     "to be published whole, and the curator file and key never are. Nothing is read or spent",
@@ -312,7 +312,7 @@ ENTRIES.error(
     "E614",
     "an earlier release is already written at the outputs (`--force` replaces it)",
     COMPILE,
-    "dpql.commit",
+    "dpql.release.commit",
     details="the table or record of an earlier release is already at the spec's outputs: a "
     "second compile would spend the budget again. Refused before any data is read unless "
     "`dpql compile --force`",
@@ -321,9 +321,9 @@ ENTRIES.error(
     "E615",
     "the lifetime ledger cannot be used",
     ("check", "compile", "ledger"),
-    "dpql.lifetime",
-    "dpql.project",
-    "dpql.ledger_report",
+    "dpql.release.lifetime",
+    "dpql.release.project",
+    "dpql.release.ledger_report",
     details="the lifetime ledger cannot be used: it is a directory or not a regular file, its "
     "folder cannot be created or written, or the release would be recorded in another ledger "
     "than the policy's `lifetime.ledger` (or the project file's `ledger`) by `--ledger` or "
@@ -333,7 +333,7 @@ ENTRIES.error(
     "E616",
     "releases of one data source are recorded in more than one ledger",
     ("check", "compile", "ledger"),
-    "dpql.project",
+    "dpql.release.project",
     details="releases of the spec's data source are recorded in another ledger than the one "
     "this release answers to (an older per-spec ledger, a default ledger from before a policy "
     "applied, a ledger the policy no longer names): a lifetime cap counts only when every "
@@ -344,7 +344,7 @@ ENTRIES.error(
     "E617",
     "two project or policy files in one folder: which one decides is ambiguous",
     ("check", "compile", "ledger"),
-    "dpql.project",
+    "dpql.release.project",
     details="the folder that decides a spec's policy and ledger (the nearest one at or above "
     "the spec holding `dpql.yaml` or a policy file) holds two project files, two policy files, "
     "or a project file beside a policy file it does not name. Keep one, or pass `--policy`",
@@ -354,7 +354,7 @@ ENTRIES.error(
 # ------------------------------------------------------------------------------------------------
 # record verification (V0xx)
 
-PROVENANCE, AUDIT = "dpql.provenance", "dpql.audit"
+PROVENANCE, AUDIT = "dpql.release.provenance", "dpql.release.verify"
 
 ENTRIES.error(
     "V000",

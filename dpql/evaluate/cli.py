@@ -38,7 +38,7 @@ def default_report_dir(spec: LoadedSpec, synthetic: Path) -> Path:
     so that nobody publishes the report by mistake. The stem is the evaluated table's
     (``adult_synthetic.csv`` -> ``adult_synthetic.CURATOR-ONLY-report``).
     """
-    from dpql.curator import curator_path
+    from dpql.release.curator import curator_path
 
     stem = synthetic.name.split(".")[0] or "synthetic"
     return curator_path(spec).parent / f"{stem}{REPORT_SUFFIX}"
@@ -49,7 +49,7 @@ def _check_report_dir(
 ) -> None:
     """E618 before any data is read when the report folder is an input or holds one (the
     report's files would replace it): the spec, the data, the public files, the tables."""
-    from dpql.commit import release_inputs
+    from dpql.release.commit import release_inputs
     from dpql.spec.files import same_file
 
     inputs = release_inputs(spec) | {"synthetic table": Path(synthetic).absolute()}

@@ -1,6 +1,6 @@
 """Encoding of decoded tables (original units) for the evaluator.
 
-The evaluator encodes with the release pipeline's own codec (:func:`dpql.codec.encode_frame`),
+The evaluator encodes with the release pipeline's own codec (:func:`dpql.data.codec.encode_frame`),
 so a table is read exactly as ``dpql compile`` reads it (whitespace, missing-value rules,
 ``other`` catch-alls, clipping to the public bounds).
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from dpql.codec import MissingPolicy, encode_frame
+from dpql.data.codec import MissingPolicy, encode_frame
 from dpql.domain import Domain, EncodedTable
 
 

@@ -1,6 +1,6 @@
 """Model-based utility: train on synthetic / test on real, and the requirement checks.
 
-Inputs are built by :func:`dpql.plan.exact.design_matrix` (numerics on their public [0, 1]
+Inputs are built by :func:`dpql.ir.exact.design_matrix` (numerics on their public [0, 1]
 scale, categoricals one-hot over *all* domain values), so a model fit on one table applies to
 another; gradient boosting instead splits natively on category codes. A categorical label's
 classes are its domain codes; for a two-valued label the *positive* class is the second value
@@ -24,8 +24,8 @@ from dpql.domain import CategoricalColumn, Domain, EncodedTable
 from dpql.evaluate._deps import require
 from dpql.evaluate.encode import encode_table
 from dpql.evaluate.metrics import correlation_matrix
-from dpql.plan.exact import design_matrix, eval_pred
-from dpql.plan.ir import (
+from dpql.ir.exact import design_matrix, eval_pred
+from dpql.ir.queries import (
     CorrRequirement,
     MeanRequirement,
     ModelRequirement,

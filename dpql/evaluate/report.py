@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dpql.codec import MissingPolicy
+from dpql.data.codec import MissingPolicy
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos, did_you_mean
 from dpql.domain import CategoricalColumn, Domain, EncodedTable
 from dpql.evaluate._deps import gan_metrics, require
@@ -40,7 +40,7 @@ from dpql.evaluate.workload import (
     query_errors,
     worst,
 )
-from dpql.plan.ir import ModelRequirement, Query, Requirement
+from dpql.ir.queries import ModelRequirement, Query, Requirement
 from dpql.quality import QualityHeadline, report_headline
 
 # Each dimension-wise prediction model (2 per column) is fit on at most this many rows of its
@@ -216,7 +216,7 @@ def build_report(
     shared machine made the report several times slower), the independent models on
     ``workers`` threads (default: the CPU count, at most 4); the scores do not depend on it.
 
-    Tables are encoded by the release codec (:func:`dpql.codec.encode_frame`) with the spec's
+    Tables are encoded by the release codec (:func:`dpql.data.codec.encode_frame`) with the spec's
     ``missing`` and ``other`` rules (an unreadable or undeclared cell follows them; the
     codec raises only for the schema and the rules).
     With ``output_dir`` the report is also written there (:func:`write_report`). ``progress``

@@ -1,6 +1,6 @@
 """Workload error: exact answers of the planned queries on the real and the synthetic table.
 
-Per query (answers from :func:`dpql.plan.exact.answer_all`, averages over rows):
+Per query (answers from :func:`dpql.ir.exact.answer_all`, averages over rows):
 
 * a marginal's error is its total variation distance ``TVD = 1/2 * ||a_real - a_syn||_1``;
 * every other class (range/prefix, halfspace, count, moment) reports the largest absolute error
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpql.domain import EncodedTable
-from dpql.plan.describe import describe_query
-from dpql.plan.exact import answer_all
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all
+from dpql.ir.queries import (
     QUERY_KINDS,
     Marginal,
     Query,
 )
+from dpql.plan.describe import describe_query
 from dpql.progress import Progress
 
 # queries answered per answer_all call: bounds the latency between progress reports

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from dpql.diagnostics import Diagnostic, SourcePos
 from dpql.domain import Domain, NumericColumn
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     CorrRequirement,
     ModelRequirement,
     Requirement,

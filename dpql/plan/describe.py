@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dpql.domain import CategoricalColumn, Domain, NumericColumn
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     And,
     CatIn,
     CentredProduct,

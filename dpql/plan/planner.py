@@ -32,6 +32,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, DiagnosticSink, SourcePos
+from dpql.ir.queries import ModelRequirement, Query, Requirement, joint_l2_sensitivity
 from dpql.lang.parser import parse_requirements, parse_workload
 from dpql.plan.acceptance import (
     Z,
@@ -42,7 +43,6 @@ from dpql.plan.acceptance import (
     tested_metric,
     tolerance_text,
 )
-from dpql.plan.ir import ModelRequirement, Query, Requirement, joint_l2_sensitivity
 from dpql.plan.requirements import (
     RequirementMeasures,
     expand_requirements,
@@ -110,7 +110,7 @@ class RequirementPlan:
 def _diagnostic_json(d: Diagnostic) -> dict[str, Any]:
     """A plan diagnostic without the spec's file path, so the plan does not depend on where the
     spec is checked out. (Its line and column stay for the reader; the plan's hash in the
-    provenance record leaves them out: ``dpql.provenance.sha256_json``.)"""
+    provenance record leaves them out: ``dpql.release.provenance.sha256_json``.)"""
     out = d.to_json()
     out.pop("file", None)
     out.pop("end_col", None)

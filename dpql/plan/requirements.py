@@ -12,10 +12,10 @@ Every requirement becomes averages of products of at most two *factors*, each in
   its second value.
 
 A first moment ``E f`` (or a conditional one, ``E[f 1{P}]``) is a
-:class:`~dpql.plan.ir.Moment` (indicators folded into ``given``) or a
-:class:`~dpql.plan.ir.Count`, with values in [0, 1] (sensitivity 1/n). A second moment is
+:class:`~dpql.ir.queries.Moment` (indicators folded into ``given``) or a
+:class:`~dpql.ir.queries.Count`, with values in [0, 1] (sensitivity 1/n). A second moment is
 measured *centred* at the midpoint of the factors' public range,
-``E(f - 1/2)(g - 1/2)`` (:class:`~dpql.plan.ir.CentredProduct`): with the first moments it
+``E(f - 1/2)(g - 1/2)`` (:class:`~dpql.ir.queries.CentredProduct`): with the first moments it
 carries exactly what ``E fg`` carries, but its values lie in [-1/4, 1/4] (a square's in
 [0, 1/4]), so it has sensitivity 1/(2n) (1/(4n)) and one release of first and second moments
 needs far less noise than the raw ``E fg`` of Wang et al. 2023, §3 (its (d + 3) d / 2 first
@@ -60,7 +60,7 @@ import numpy as np
 
 from dpql.diagnostics import Diagnostic, DiagnosticError
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     And,
     CatIn,
     CentredProduct,
@@ -114,7 +114,7 @@ class RequirementMeasures:
 
     ``queries`` are scalar queries (first moments and counts of sensitivity 1/n, centred
     products 1/(2n), centred squares 1/(4n); together the L2 sensitivity is the root sum of
-    squares, :func:`~dpql.plan.ir.joint_l2_sensitivity`); ``index[r]`` lists the positions of
+    squares, :func:`~dpql.ir.queries.joint_l2_sensitivity`); ``index[r]`` lists the positions of
     requirement ``r``'s queries in ``queries``; ``releases`` says how they are measured
     (spec/language.md sec. 5.3): :func:`expand_requirements` gives one joint release of all of
     them, or, when the requirements carry weights, one release per requirement with budget
@@ -381,7 +381,7 @@ def piloted(req: Requirement) -> bool:
 
 def pilot_query(req: ModelRequirement, domain: Domain) -> ModelAccuracy:
     """The plan-time stand-in of a requirement's pilot: its model not yet fitted (no
-    coefficients; :attr:`~dpql.plan.ir.ModelAccuracy.fitted` is False). Compile replaces it by
+    coefficients; :attr:`~dpql.ir.queries.ModelAccuracy.fitted` is False). Compile replaces it by
     the model fitted on the synthetic table (public), a query of the same sensitivity (1/n), so
     the release keeps the plan's L2 sensitivity and rho."""
     return ModelAccuracy(req.model, req.features, req.label, (), (), present_of(req, domain))
@@ -563,7 +563,7 @@ def uniform_prior_probability(pred: Pred, domain: Domain, rows: int = 1 << 15) -
 
     Data-independent (a fixed-seed Monte Carlo over the domain, not over data).
     """
-    from dpql.plan.exact import eval_pred
+    from dpql.ir.exact import eval_pred
 
     cols = pred_columns(pred)
     if not cols:

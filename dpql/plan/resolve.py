@@ -35,8 +35,7 @@ import numpy as np
 
 from dpql.diagnostics import DiagnosticSink, SourcePos, did_you_mean
 from dpql.domain import CategoricalColumn, Column, Domain, NumericColumn
-from dpql.lang import ast as A
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     And,
     CatIn,
     CorrRequirement,
@@ -57,6 +56,7 @@ from dpql.plan.ir import (
     Tolerance,
     TruePred,
 )
+from dpql.lang import ast as A
 
 #: Largest number of cells of one marginal (a dense float64 answer of 8 MB).
 MAX_MARGINAL_CELLS = 1_000_000

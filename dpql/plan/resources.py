@@ -33,7 +33,7 @@ from typing import Any
 
 from dpql.diagnostics import Diagnostic, SourcePos
 from dpql.domain import Domain
-from dpql.plan.ir import Halfspace, Marginal, Prefix, Query, query_columns
+from dpql.ir.queries import Halfspace, Marginal, Prefix, Query, query_columns
 from dpql.plan.resolve import query_cells
 
 DEFAULT_MEMORY_LIMIT = 8 * 2**30
@@ -48,7 +48,7 @@ MEMORY_LIMIT_ENV = "DPQL_MEMORY_LIMIT"
 BASE_BYTES = 1152 * 2**20
 CSV_CELL_BYTES = 64  # a data cell while pandas parses the file (strings)
 OUT_CELL_BYTES = 64  # an output cell while the table is formatted and written
-ROW_CHUNK = 1 << 16  # rows per chunk of the in-memory engine (dpql.plan.exact.ROW_CHUNK)
+ROW_CHUNK = 1 << 16  # rows per chunk of the in-memory engine (dpql.ir.exact.ROW_CHUNK)
 AUTO_MEMORY_ROWS = 2_000_000  # ``engine: auto`` keeps about this many rows in memory at most
 DUCKDB_BYTES = 2**30  # DuckDB's memory_limit, then the Arrow batches it streams
 TILE = 8  # values per tile of a relaxed marginal (dpql.synth.relaxed.TILE)

@@ -93,8 +93,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dpql.domain import Domain
+from dpql.ir.queries import ModelRequirement, Requirement, joint_l2_sensitivity
 from dpql.plan.acceptance import Z, acceptance_queries, predicted_sd, tested_metric
-from dpql.plan.ir import ModelRequirement, Requirement, joint_l2_sensitivity
 from dpql.plan.requirements import Release, RequirementMeasures, piloted, predicted_error
 
 AUTO_SHARE_CAP = Fraction(1, 2)  # at most this share of the release goes to post-processing

@@ -6,6 +6,6 @@
 * :mod:`~dpql.postprocess.accept`: the requirements' DP acceptance tests;
 * :mod:`~dpql.postprocess.risk`: the excess-risk bound reported with a model requirement.
 
-It reads private data only through a :class:`~dpql.plan.oracle.MeasurementOracle` (every answer
+It reads private data only through a :class:`~dpql.ir.oracle.MeasurementOracle` (every answer
 noisy and charged to the ledger); it never imports :mod:`dpql.data`.
 """

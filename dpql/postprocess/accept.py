@@ -8,7 +8,7 @@ when it is not reused, 1/(4n)), ``sigma = Delta_2 / sqrt(2 rho)`` with ``Delta_2
 for T queries of 1/n (phase ``accept``). Per metric (``spec/language.md`` sec. 5):
 
 * ``accuracy`` (logistic ``within`` compares it): ``1{pred = y}`` (a
-  :class:`~dpql.plan.ir.ModelAccuracy`); the value is its mean.
+  :class:`~dpql.ir.queries.ModelAccuracy`); the value is its mean.
 * ``f1`` (positive class: the label's second value): ``1{pred = y}`` and
   ``1{pred = y = positive}``; ``F1 = 2 TP / (1 + 2 TP - acc)``, which is ``2 TP / (2 TP + FP +
   FN)`` because ``FP + FN = 1 - acc``.
@@ -65,18 +65,9 @@ import numpy as np
 
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable, NumericColumn
-from dpql.plan.acceptance import (
-    ACCEPT_METRICS,
-    PHASE,
-    Verdict,
-    Z,
-    label_span,
-    metric_value,
-    plan_diagnostics,
-    tested_metric,
-)
-from dpql.plan.exact import answer_all, design_matrix
-from dpql.plan.ir import (
+from dpql.ir.exact import answer_all, design_matrix
+from dpql.ir.oracle import MeasurementOracle
+from dpql.ir.queries import (
     CentredProduct,
     Count,
     ModelAccuracy,
@@ -87,7 +78,16 @@ from dpql.plan.ir import (
     Tolerance,
     joint_l2_sensitivity,
 )
-from dpql.plan.oracle import MeasurementOracle
+from dpql.plan.acceptance import (
+    ACCEPT_METRICS,
+    PHASE,
+    Verdict,
+    Z,
+    label_span,
+    metric_value,
+    plan_diagnostics,
+    tested_metric,
+)
 from dpql.plan.requirements import (
     delta_method_sd,
     normaliser,
@@ -179,7 +179,7 @@ def constant_model(q: ModelAccuracy, domain: Domain) -> ModelAccuracy:
 
 def true_positive_query(q: ModelAccuracy) -> ModelAccuracy:
     """Per row ``1{pred = y = positive}`` (positive: label code 1) of a binary logistic model,
-    as a :class:`~dpql.plan.ir.ModelAccuracy` (values in {0, 1}: sensitivity 1/n).
+    as a :class:`~dpql.ir.queries.ModelAccuracy` (values in {0, 1}: sensitivity 1/n).
 
     The label's one-hot joins the design; on negative rows it adds ``big`` (more than any score
     gap: ``|score| <= sum |coef| + sum |intercept|`` as design entries lie in [0, 1]) to the

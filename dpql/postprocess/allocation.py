@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from dpql.domain import Domain
-from dpql.plan.ir import ModelRequirement, Query, Requirement
+from dpql.ir.queries import ModelRequirement, Query, Requirement
 from dpql.plan.requirements import (
     RequirementMeasures,
     lookup_part,

@@ -30,8 +30,8 @@ from dataclasses import replace
 import numpy as np
 
 from dpql.domain import EncodedTable, NumericColumn
-from dpql.plan.exact import eval_pred
-from dpql.plan.ir import (
+from dpql.ir.exact import eval_pred
+from dpql.ir.queries import (
     CorrRequirement,
     MeanRequirement,
     Query,

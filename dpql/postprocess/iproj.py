@@ -5,7 +5,7 @@ for improving utility on selected measures" (sec. 3, Theorem 1, Algorithm 1; App
 
 1. :func:`measure` -- the K measures are answered on the real table through the measurement
    oracle (this module never sees private rows) in Gaussian releases calibrated to the L2
-   sensitivity of each release's vector (replace-one; ``plan.ir.joint_l2_sensitivity``: 1/n
+   sensitivity of each release's vector (replace-one; ``dpql.ir.queries.joint_l2_sensitivity``: 1/n
    per first moment or count, 1/(2n) per centred product, 1/(4n) per centred square, so the
    second moments cost less noise than the paper's raw ones): one release per requirement
    (``dpql.plan.requirements.Release``, the planner's split, ``dpql.plan.split``; without
@@ -46,9 +46,9 @@ import numpy as np
 
 from dpql.diagnostics import Diagnostic, DiagnosticError
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.exact import per_row
-from dpql.plan.ir import And, CatIn, Count, Not, Query, TruePred, joint_l2_sensitivity
-from dpql.plan.oracle import MeasurementOracle
+from dpql.ir.exact import per_row
+from dpql.ir.oracle import MeasurementOracle
+from dpql.ir.queries import And, CatIn, Count, Not, Query, TruePred, joint_l2_sensitivity
 from dpql.plan.requirements import Release, joint_release, release_rhos
 from dpql.postprocess.dual import (
     DualSolution,
@@ -168,8 +168,8 @@ def sparse_workload(
     sigma^2`` (the dual of the penalty ``(E_w g - b)^2 / (2 sigma^2)`` against the prior's
     ``prior_rows * KL``). Queries of another shape, or without a finite positive sd, are left
     out; None when none is left."""
-    from dpql.plan.exact import eval_pred
-    from dpql.plan.ir import Count, Halfspace, Marginal, Prefix
+    from dpql.ir.exact import eval_pred
+    from dpql.ir.queries import Count, Halfspace, Marginal, Prefix
 
     idx, val, cells, target, ridge = [], [], [], [], []
     n = table.n

@@ -27,8 +27,8 @@ import numpy as np
 
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain
+from dpql.ir.queries import ModelRequirement, Query, Requirement
 from dpql.plan.acceptance import Z
-from dpql.plan.ir import ModelRequirement, Query, Requirement
 from dpql.plan.requirements import piloted, requirement_value, value_sd
 
 RoleName = Literal["inside", "constrained", "no_room", "unbanded"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpql.domain import Domain, NumericColumn
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     CentredProduct,
     ModelAccuracy,
     ModelRequirement,

@@ -14,7 +14,7 @@ import numpy as np
 
 from dpql.diagnostics import Diagnostic
 from dpql.domain import EncodedTable
-from dpql.plan.oracle import MeasurementOracle
+from dpql.ir.oracle import MeasurementOracle
 from dpql.postprocess.accept import ModelAcceptance, MomentAcceptance, acceptance_report
 from dpql.postprocess.allocation import allocation_scales
 from dpql.postprocess.centre import keep_planned_l2, recentre
@@ -78,7 +78,7 @@ def workload_errors(
     """The synthesizer's measured workload answers against the table before and after
     post-processing: mean / max absolute error per cell and mean error in noise sds (the noisy
     answers are DP outputs, the tables public; never the real data)."""
-    from dpql.plan.exact import answer_all
+    from dpql.ir.exact import answer_all
 
     queries = [q for q, _, _ in measurements]
     noisy = [np.ravel(np.asarray(a, dtype=np.float64)) for _, a, _ in measurements]
@@ -108,7 +108,7 @@ def with_pilots(
     measured as planned, not pulled (not a pilot)."""
     from dataclasses import replace
 
-    from dpql.plan.ir import ModelAccuracy
+    from dpql.ir.queries import ModelAccuracy
     from dpql.postprocess.accept import constant_model, finite_rows, fit_model
 
     queries = list(measures.queries)

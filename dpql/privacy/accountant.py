@@ -1,6 +1,6 @@
 """Privacy accounting: zCDP <-> (epsilon, delta), DP-SGD in RDP, and the epsilon of a ledger.
 
-Neighbouring relation: replace-one with the public row count n (see :mod:`dpql.plan.ir`).
+Neighbouring relation: replace-one with the public row count n (see :mod:`dpql.ir.queries`).
 
 * zCDP (Bun & Steinke 2016, Def. 1.1) is RDP with the linear curve ``D_alpha <= rho * alpha``; the
   Gaussian and Gumbel top-K events of the ledger are zCDP and compose by adding rho.

@@ -85,7 +85,7 @@ def divide_rho(total_rho: float, parts: int) -> float:
 class BudgetLine:
     """One planned phase of a release, as ``dpql plan`` prints it.
 
-    ``noise_scale`` is sigma (Gaussian; on the [0, 1] average scale of :mod:`dpql.plan.ir`), beta
+    ``noise_scale`` is sigma (Gaussian; on the [0, 1] average scale of :mod:`dpql.ir.queries`), beta
     (Gumbel) or the noise multiplier (DP-SGD). ``n`` is the public row count.
     ``rho_per_release`` is ``None`` for phases not accounted in zCDP (DP-SGD, external).
     """

@@ -3,7 +3,7 @@
 Every call appends exactly one :class:`~dpql.privacy.ledger.PrivacyEvent` *before* drawing noise,
 so a ledger with a rho cap stops an over-budget release before anything is released.
 
-Neighbouring relation throughout: replace-one with the public row count n (:mod:`dpql.plan.ir`);
+Neighbouring relation throughout: replace-one with the public row count n (:mod:`dpql.ir.queries`);
 callers pass sensitivities computed under that relation (``Query.sensitivity(n)``).
 """
 

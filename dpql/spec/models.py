@@ -9,8 +9,8 @@ Missing values (the ``missing`` keys). A top-level ``missing: keep | drop`` is t
 every column (``keep`` when absent); a column may override it with its own ``missing``. A cell is
 missing when it is empty, and also when it cannot be read as a value of the column (a number that
 does not parse or is not finite, a category not among ``values`` with no ``other``, every cell
-of a malformed CSV row; :mod:`dpql.codec`), so every rule is total: no cell makes a release fail
-(design invariant 6). ``dpql validate`` is the curator's strict look at such cells.
+of a malformed CSV row; :mod:`dpql.data.codec`), so every rule is total: no cell makes a release
+fail (design invariant 6). ``dpql validate`` is the curator's strict look at such cells.
 
 * ``drop``: a row with a missing value in this column is left out of every measurement: it
   contributes zero to every sum, and averages are still divided by the public n. ``data.rows``

@@ -50,7 +50,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpql.plan.ir import Marginal, Query, joint_l2_sensitivity
+from dpql.ir.queries import Marginal, Query, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine, split_rho
 from dpql.privacy.mechanisms import gumbel_beta
 from dpql.spec.models import AimOptions

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dpql.plan.ir import Halfspace, Prefix, Query
+from dpql.ir.queries import Halfspace, Prefix, Query
 from dpql.spec.models import AimOptions, RapOptions
 from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, backend
 

@@ -29,8 +29,8 @@ from dpql.progress import Progress
 
 if TYPE_CHECKING:
     from dpql.domain import EncodedTable
-    from dpql.plan.ir import Query
-    from dpql.plan.oracle import MeasurementOracle
+    from dpql.ir.oracle import MeasurementOracle
+    from dpql.ir.queries import Query
     from dpql.privacy.budget import BudgetLine
     from dpql.privacy.ledger import Ledger
     from dpql.privacy.noise import NoiseSource

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpql.domain import Domain
-from dpql.plan.ir import And, CatIn, Not, NumCmp, Or, Pred, TruePred
+from dpql.ir.queries import And, CatIn, Not, NumCmp, Or, Pred, TruePred
 
 
 @dataclass(frozen=True)

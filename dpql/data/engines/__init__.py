@@ -4,8 +4,8 @@ An engine answers ``sums(queries)``: for each query the per-record vector summed
 that survive encoding (the measurer divides by the *public* n). Engines are interchangeable:
 the differential test checks that all of them agree to 1e-12 on the same file.
 
-* :class:`InMemoryEngine`: the table encoded by :mod:`dpql.codec` in numpy, answered by
-  :mod:`dpql.plan.exact` in row chunks (memory for intermediates bounded by the chunk).
+* :class:`InMemoryEngine`: the table encoded by :mod:`dpql.data.codec` in numpy, answered by
+  :mod:`dpql.ir.exact` in row chunks (memory for intermediates bounded by the chunk).
 * :class:`DuckDBEngine`: the file scanned out of core by DuckDB; the codec's cell rules run in
   SQL (:mod:`dpql.data.sql`). One scan of the source builds the "cube": the distinct tuples of
   codes and cell states with their multiplicities; validation counts and all marginals are sums
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from dpql.codec import MissingPolicy
+from dpql.data.codec import MissingPolicy
 from dpql.data.engines.base import STREAM_ROWS, MeasurementEngine
 from dpql.data.engines.duckdb import DuckDBEngine
 from dpql.data.engines.memory import InMemoryEngine
@@ -88,7 +88,7 @@ def open_engine(
 
     ``memory_limit`` bounds DuckDB; ``threads`` bounds DuckDB and a local Spark session;
     ``max_rows`` (the public ``data.rows``) bounds the rows read (E411 beyond). Every engine
-    reads every cell and record as :mod:`dpql.codec` and :mod:`dpql.data.load` say: it raises
+    reads every cell and record as :mod:`dpql.data.codec` and :mod:`dpql.data.load` say: it raises
     :class:`DiagnosticError` (E401-E411) only for the file, never for one record.
     """
     path = Path(path)

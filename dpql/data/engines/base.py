@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dpql.codec import CuratorLog
+from dpql.data.codec import CuratorLog
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.ir import Query
+from dpql.ir.queries import Query
 
 STREAM_ROWS = 1 << 20  # rows per Arrow batch when DuckDB streams codes to numpy
 
@@ -24,14 +24,14 @@ class MeasurementEngine(Protocol):
 
     def sums(self, queries: Sequence[Query]) -> list[np.ndarray]:
         """Per query, the sum over rows of its per-record vector (length ``q.cells``) in whole
-        steps of the query's public grid (:func:`dpql.plan.ir.query_grid`): counts for
+        steps of the query's public grid (:func:`dpql.ir.queries.query_grid`): counts for
         integer-valued queries, ``sum round(v(x) / 2^-k)`` for real-valued ones (rounded per
-        record, :func:`dpql.plan.exact.grid_sums_all`). Whole numbers, as float64."""
+        record, :func:`dpql.ir.exact.grid_sums_all`). Whole numbers, as float64."""
         ...
 
     def encoded_batches(self, rows: int = STREAM_ROWS) -> Iterator[EncodedTable]:
         """The kept rows in the public encoding (codes and scaled values bit-identical to
-        :mod:`dpql.codec`), at most ``rows`` per batch, in an engine-defined order."""
+        :mod:`dpql.data.codec`), at most ``rows`` per batch, in an engine-defined order."""
         ...
 
     def close(self) -> None: ...

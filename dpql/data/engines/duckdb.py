@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from dpql.codec import MissingPolicy
 from dpql.data import sql
+from dpql.data.codec import MissingPolicy
 from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message
 from dpql.data.engines.sql_engine import _SQLEngine
 from dpql.data.load import (
@@ -28,7 +28,7 @@ from dpql.data.load import (
 )
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.ir import Marginal
+from dpql.ir.queries import Marginal
 
 
 class DuckDBEngine(_SQLEngine):

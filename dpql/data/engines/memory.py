@@ -1,5 +1,5 @@
-"""The in-memory engine: the table encoded by :mod:`dpql.codec` in numpy, answered by
-:mod:`dpql.plan.exact` in row chunks (see :mod:`dpql.data.engines`)."""
+"""The in-memory engine: the table encoded by :mod:`dpql.data.codec` in numpy, answered by
+:mod:`dpql.ir.exact` in row chunks (see :mod:`dpql.data.engines`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dpql.codec import CuratorLog, MissingPolicy
+from dpql.data.codec import CuratorLog, MissingPolicy
 from dpql.data.engines.base import STREAM_ROWS
 from dpql.data.load import DataFormat, load_table
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.exact import grid_sums_all
-from dpql.plan.ir import Query
+from dpql.ir.exact import grid_sums_all
+from dpql.ir.queries import Query
 
 
 class InMemoryEngine:

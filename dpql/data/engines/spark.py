@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from dpql.codec import MissingPolicy
 from dpql.data import sql
+from dpql.data.codec import MissingPolicy
 from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message
 from dpql.data.engines.sql_engine import _SQLEngine
 from dpql.data.load import (
@@ -32,7 +32,7 @@ from dpql.data.load import (
 )
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.ir import Marginal
+from dpql.ir.queries import Marginal
 
 CORRUPT = "_dpql_malformed_record"  # the reader's column for a malformed record's text
 HUGE_METHODS = "-XX:-DontCompileHugeMethods"  # JIT-compile Spark's large generated methods

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from dpql.codec import (
+from dpql.data import sql
+from dpql.data.codec import (
     WHITESPACE,
     CuratorLog,
     MissingPolicy,
@@ -19,11 +20,10 @@ from dpql.codec import (
     raise_if_any,
     storage_diagnostic,
 )
-from dpql.data import sql
 from dpql.data.engines.base import STREAM_ROWS
 from dpql.data.load import DataFormat, check_line_lengths, error, file_sha256, too_many_rows
 from dpql.domain import Domain, EncodedTable
-from dpql.plan.ir import Marginal, Query
+from dpql.ir.queries import Marginal, Query
 
 
 class _SQLEngine:

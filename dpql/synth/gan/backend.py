@@ -31,7 +31,7 @@ import numpy as np
 
 from dpql.diagnostics import Diagnostic, DiagnosticError
 from dpql.domain import EncodedTable
-from dpql.plan.ir import Marginal, joint_l2_sensitivity
+from dpql.ir.queries import Marginal, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.ledger import PrivacyEvent
 from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult

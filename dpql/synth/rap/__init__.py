@@ -83,7 +83,7 @@ class RapBackend:
         )
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
-        from dpql.plan.exact import answer_all
+        from dpql.ir.exact import answer_all
         from dpql.synth.jax_cache import enable_compilation_cache
         from dpql.synth.rap.program import run_rap
 

@@ -2,7 +2,7 @@
 
 The program (Algorithm 2, with the decisions below) is post-processing of the oracle's outputs:
 it never sees data, only noisy measurements and noisy selections from a
-:class:`~dpql.plan.oracle.MeasurementOracle`.
+:class:`~dpql.ir.oracle.MeasurementOracle`.
 
 1. **Init round.** Measure every 1-way marginal of the columns that appear in marginal
    workloads, and every count / moment in the workload, in one Gaussian release (the same
@@ -50,8 +50,8 @@ import optax
 from threadpoolctl import threadpool_limits
 
 from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, NumericColumn
-from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query
-from dpql.plan.oracle import MeasurementOracle
+from dpql.ir.oracle import MeasurementOracle
+from dpql.ir.queries import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.progress import Progress
 from dpql.synth.rap.schedule import (
     RapOptions,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dpql.plan.ir import Count, Halfspace, Marginal, Moment, Prefix, Query, joint_l2_sensitivity
+from dpql.ir.queries import Count, Halfspace, Marginal, Moment, Prefix, Query, joint_l2_sensitivity
 from dpql.privacy.budget import split_rho
 from dpql.spec.models import RapOptions as _RapOptions
 

@@ -312,7 +312,7 @@ class ModelAccuracy:
 
     The design row ``z(x)`` lists, for each of ``features`` in order, the scaled value ``u`` of a
     numeric column or the one-hot indicators of every value of a categorical column (see
-    :func:`dpql.plan.exact.design_matrix`). Scores are in [0, 1], so the sensitivity is that of a
+    :func:`dpql.ir.exact.design_matrix`). Scores are in [0, 1], so the sensitivity is that of a
     scalar query (1/n under replace-one):
 
     * ``logistic``: ``1{argmax_c (coef[c] . z + intercept[c]) == code(label)}`` -- accuracy;
@@ -321,7 +321,7 @@ class ModelAccuracy:
       the [0, 1] scale of a numeric ``label``.
 
     Added for ``dpql.postprocess.accept`` (additive to the IR); data engines may evaluate it through
-    :mod:`dpql.plan.exact`. Without coefficients (``coef == ()``) it is a plan's stand-in for a
+    :mod:`dpql.ir.exact`. Without coefficients (``coef == ()``) it is a plan's stand-in for a
     *pilot* (``dpql.plan.requirements.pilot_query``), fitted at compile time; it has the same
     sensitivity but cannot be evaluated.
     """

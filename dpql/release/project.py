@@ -28,7 +28,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
-from dpql.lifetime import (
+from dpql.release.lifetime import (
     ReleaseRecord,
     ledger_location_error,
     of_source,
@@ -129,7 +129,8 @@ def _ambiguous(folder: Path, files: list[Path], why: str) -> DiagnosticError:
 class LedgerChoice:
     """The policy and ledger a spec's release answers to. ``policy_from``/``ledger_from`` say
     where each came from (for messages); ``data`` is the data source (the data file resolved);
-    ``records`` the ledger's lines that count against it (:func:`dpql.lifetime.of_source`)."""
+    ``records`` the ledger's lines that count against it
+    (:func:`dpql.release.lifetime.of_source`)."""
 
     policy: LoadedPolicy | None
     policy_from: str

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dpql.plan.ir import Query
+from dpql.ir.queries import Query
 
 
 class MeasurementOracle(Protocol):

@@ -16,13 +16,14 @@ Nothing in a record is derived from private data except DP outputs (ledger event
 public calibration values). In particular it holds no timings: how long loading and measuring
 took scales with the data file's real size, not the public ``rows``. The curator-only facts (true
 row count, clip counts, a keyed HMAC of the data file, the stage timings) go to a separate
-curator file (:mod:`dpql.curator`) that must not be published. The schema forbids unknown keys,
-so a field added without a schema change fails ``dpql verify``.
+curator file (:mod:`dpql.release.curator`) that must not be published. The schema forbids
+unknown keys, so a field added without a schema change fails ``dpql verify``.
 
 ``verify_record`` checks every number's range, validates the record against the schema,
 recomputes the accounting and the hashes; any mismatch is reported. ``dpql verify`` also
-re-plans the embedded spec and checks the record's signature (:mod:`dpql.audit`); the optional
-``signature`` section (:mod:`dpql.signing`) is the curator's Ed25519 signature over the rest.
+re-plans the embedded spec and checks the record's signature (:mod:`dpql.release.verify`); the
+optional ``signature`` section (:mod:`dpql.release.signing`) is the curator's Ed25519 signature
+over the rest.
 Version history: 1 (no ``postprocess`` section, model tests reported as ``real`` /
 ``synthetic``), 2 and 3 (with ``timings_s``), 4 (no timings: they moved to the curator file;
 ``spent.rho`` is null unless every event is zCDP; ``privacy.rdp`` holds the release's RDP curve
@@ -37,7 +38,7 @@ non-external events (``orders``, ``epsilons``: RDP epsilon at each order, finite
 the external (epsilon, delta) composed on top by basic composition (``external_epsilon``,
 ``external_delta``, already converted to replace-one); converting the curve at ``spent.delta -
 external_delta`` and adding ``external_epsilon`` gives ``spent.epsilon``. ``dpql check`` composes
-releases from these curves (:mod:`dpql.check`).
+releases from these curves (:mod:`dpql.release.policy`).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from dpql import __version__
 from dpql.io import UnreadableFile, read_capped
 from dpql.privacy.accountant import AccountingResult, epsilon_from_events, epsilon_from_rdp
 from dpql.privacy.ledger import Ledger, PrivacyEvent
-from dpql.provenance_schema import RECORD_VERSION, record_schema
+from dpql.release.provenance_schema import RECORD_VERSION, record_schema
 
 DEPENDENCIES = ("jax", "jaxlib", "optax", "dp-accounting", "numpy", "pandas", "lark", "pydantic")
 EPS_TOLERANCE = 1e-9
@@ -338,7 +339,7 @@ def verify_record(record: Mapping[str, Any], synthetic: Path | None = None) -> l
     """Validate a record against the schema, recompute its accounting and hashes; an empty
     list means it verifies. Every number's range is checked before any arithmetic on it
     (``V004``), and no record makes it raise. It does not re-plan the embedded spec nor check
-    a signature (:mod:`dpql.audit` does, for ``dpql verify``)."""
+    a signature (:mod:`dpql.release.verify` does, for ``dpql verify``)."""
     problems: list[VerifyProblem] = []
     if not isinstance(record, Mapping):
         return [VerifyProblem("V001", f"not a dpql provenance record of version {RECORD_VERSION}")]

@@ -1,15 +1,15 @@
 """The JSON Schema of a provenance record (``spec/provenance.schema.json`` is generated from
-:func:`record_schema`); :mod:`dpql.provenance` validates records against it."""
+:func:`record_schema`); :mod:`dpql.release.provenance` validates records against it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-RECORD_VERSION = 4  # the record layout; dpql.provenance writes and verifies this version
+RECORD_VERSION = 4  # the record layout; dpql.release.provenance writes and verifies this version
 
 # ---------------------------------------------------------------------------------------------
-# The record's JSON Schema (``python -m dpql.spec.schema`` writes spec/provenance.schema.json)
+# The record's JSON Schema (``python -m dpql.schemas`` writes spec/provenance.schema.json)
 
 _NUMBER = {"type": "number"}
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
@@ -339,12 +339,15 @@ def record_schema() -> dict[str, Any]:
     )
     signature["description"] = (
         "Optional (dpql compile --sign-key): the curator's Ed25519 signature over the canonical "
-        "JSON of the record without this section (dpql/signing.py); checked by dpql verify --key."
+        "JSON of the record without this section (dpql/release/signing.py); checked by "
+        "dpql verify --key."
     )
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"dpql provenance record, version {RECORD_VERSION}",
-        "description": "Written by `dpql compile`, checked by `dpql verify` (dpql/provenance.py).",
+        "description": (
+            "Written by `dpql compile`, checked by `dpql verify` (dpql/release/provenance.py)."
+        ),
         **_object(
             {
                 "dpql_provenance": {"const": RECORD_VERSION},

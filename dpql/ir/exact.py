@@ -1,6 +1,6 @@
 """Exact, vectorised numpy evaluation of the query IR on an encoded table.
 
-``answer(q, table)`` returns the answer vector of :mod:`dpql.plan.ir` (length ``q.cells``):
+``answer(q, table)`` returns the answer vector of :mod:`dpql.ir.queries` (length ``q.cells``):
 the *average* over rows. The measurement layer uses these on private data; tests and the
 synthesizers' reports use them on synthetic data. Families of the same class are evaluated
 together (one bincount per marginal, one matrix product per block of halfspaces) and rows are
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dpql.domain import EncodedTable
-from dpql.plan.ir import (
+from dpql.ir.queries import (
     And,
     CatIn,
     CentredProduct,
@@ -113,7 +113,7 @@ def factor_values(f: Factor, t: EncodedTable) -> np.ndarray:
 
 
 def centred_values(q: CentredProduct, t: EncodedTable) -> np.ndarray:
-    """Per-row ``(f - c) * (g - d)`` of a :class:`~dpql.plan.ir.CentredProduct` (centres
+    """Per-row ``(f - c) * (g - d)`` of a :class:`~dpql.ir.queries.CentredProduct` (centres
     ``(c, d)``, 1/2 unless re-centred)."""
     c, d = q.centres
     out = (factor_values(q.left, t) - c) * (factor_values(q.right, t) - d)
@@ -121,7 +121,7 @@ def centred_values(q: CentredProduct, t: EncodedTable) -> np.ndarray:
 
 
 def moment_values(q: Moment, t: EncodedTable) -> np.ndarray:
-    """Per-row ``prod_j u_j * 1{given}`` of a :class:`~dpql.plan.ir.Moment`, or ``(u - c) *
+    """Per-row ``prod_j u_j * 1{given}`` of a :class:`~dpql.ir.queries.Moment`, or ``(u - c) *
     1{given}`` with a centre ``c``."""
     w = eval_pred(q.given, t).astype(np.float64)
     for col in q.columns:
@@ -131,7 +131,7 @@ def moment_values(q: Moment, t: EncodedTable) -> np.ndarray:
 
 
 def design_matrix(features: Sequence[str], t: EncodedTable) -> np.ndarray:
-    """Design rows ``z(x)`` of :class:`~dpql.plan.ir.ModelAccuracy`: per feature in order, the
+    """Design rows ``z(x)`` of :class:`~dpql.ir.queries.ModelAccuracy`: per feature in order, the
     scaled value of a numeric column or one-hot indicators of *every* value of a categorical one.
     """
     blocks = []
@@ -245,7 +245,7 @@ def to_grid(values: np.ndarray, grid: float) -> np.ndarray:
 
 def grid_sums_all(queries: Sequence[Query], t: EncodedTable) -> list[np.ndarray]:
     """What the measurement engines answer: per query, the sum over records of
-    ``round(v(x) / grid)`` with :func:`dpql.plan.ir.query_grid` (whole numbers, float64). For
+    ``round(v(x) / grid)`` with :func:`dpql.ir.queries.query_grid` (whole numbers, float64). For
     integer-valued queries this is :func:`sums_all`; real-valued ones are rounded per record
     before summing, so a record moves a sum by at most its sensitivity in grid steps."""
     out = sums_all([q for q in queries if query_grid(q) == 1.0], t)

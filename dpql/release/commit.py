@@ -18,13 +18,13 @@ from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
-from dpql.codec import decode
+from dpql.data.codec import decode
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import EncodedTable
 from dpql.io import public_mode
 from dpql.plan.planner import ReleasePlan
 from dpql.privacy.ledger import Ledger
-from dpql.provenance import build_record, sha256_json
+from dpql.release.provenance import build_record, sha256_json
 from dpql.spec.load import LoadedPolicy, LoadedSpec, normalised_spec_json
 
 
@@ -36,7 +36,7 @@ class Interrupted(KeyboardInterrupt):
         self.message = message
 
 
-def _enforce_policy(
+def enforce_policy(
     spec: LoadedSpec,
     plan: ReleasePlan,
     policy: LoadedPolicy,
@@ -47,8 +47,13 @@ def _enforce_policy(
     """Refuse the release (P0xx at the policy) if it breaks ``policy``, lifetime caps included,
     over the ledger's lines of this data source (every status counts as spent; ``records``: as
     read under the ledger's lock; ``data``: the data source, default the spec's data file)."""
-    from dpql.check import check_policy, lifetime_budget, lifetime_violations, planned_spend
-    from dpql.lifetime import of_source, real_path
+    from dpql.release.lifetime import of_source, real_path
+    from dpql.release.policy import (
+        check_policy,
+        lifetime_budget,
+        lifetime_violations,
+        planned_spend,
+    )
 
     if records is None:
         seconds = plan.resources.seconds if plan.resources is not None else None
@@ -126,7 +131,7 @@ def release_inputs(
 
 def curator_key_path(targets: dict[str, Path]) -> Path | None:
     """The curator HMAC key file a compile may create (none with ``$DPQL_CURATOR_KEY``)."""
-    from dpql.curator import CURATOR_KEY_ENV, KEY_FILE_NAME
+    from dpql.release.curator import CURATOR_KEY_ENV, KEY_FILE_NAME
 
     if os.environ.get(CURATOR_KEY_ENV) or "curator file" not in targets:
         return None
@@ -329,13 +334,16 @@ def _nearest_existing(folder: Path) -> Path:
 STAGED = ".dpql-{txid}.staged"  # a staged output: ``.<name>.dpql-<pid>-<hex>.staged``
 
 
-def _staged_path(target: Path, txid: str) -> Path:
+def staged_path(target: Path, txid: str) -> Path:
+    """Where ``target``'s staged file of transaction ``txid`` is written: beside it, hidden,
+    named so that :func:`remove_orphans` and ledger recovery recognise it."""
     return target.with_name(f".{target.name}{STAGED.format(txid=txid)}")
 
 
 def remove_orphans(targets: Sequence[Path]) -> list[Path]:
     """Remove the staged files of compiles that died before recording their release (their
-    process is gone); call after :func:`dpql.check.recover_ledger`, with the ledger locked."""
+    process is gone); call after :func:`dpql.release.lifetime.recover_ledger`, with the ledger
+    locked."""
     removed = []
     for target in targets:
         if not target.parent.is_dir():
@@ -372,7 +380,7 @@ def _stage(path: Path, write: Callable[[Path], None], mode: int) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _stage_release(
+def stage_release(
     spec: LoadedSpec,
     plan: ReleasePlan,
     ledger: Ledger,
@@ -414,12 +422,17 @@ def _stage_release(
     if population is not None:
         record["output"]["population"] = population
     if signing_key is not None:
-        from dpql.signing import sign_record
+        from dpql.release.signing import sign_record
 
         record = sign_record(record, signing_key)
     text = json.dumps(record, indent=2, sort_keys=False) + "\n"
-    _stage(staged["record"], _writer(text, public_mode()), public_mode())
+    stage_text(staged["record"], text, public_mode())
     return record
+
+
+def stage_text(path: Path, text: str, mode: int) -> str:
+    """Stage ``text`` at ``path`` (a new file created with ``mode``, fsynced); its SHA-256."""
+    return _stage(path, _writer(text, mode), mode)
 
 
 def _writer(text: str, mode: int) -> Callable[[Path], None]:
@@ -450,7 +463,7 @@ def _signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _commit(
+def commit_release(
     spec: LoadedSpec,
     record: dict[str, Any],
     targets: dict[str, Path],
@@ -470,7 +483,7 @@ def _commit(
     pending line leaves only staged files (removed by the next compile: nothing was
     released); after it, the next compile rolls the release forward. The line names the data
     source (its path and ``data_hmac``, the curator file's keyed fingerprint)."""
-    from dpql.lifetime import (
+    from dpql.release.lifetime import (
         StagedOutput,
         fsync_folder,
         locked_ledger,
@@ -496,7 +509,7 @@ def _commit(
     try:
         with _signals_deferred(), locked_ledger(ledger_file) as locked:
             if policy is not None:
-                _enforce_policy(spec, plan, policy, ledger_file, locked.records, data)
+                enforce_policy(spec, plan, policy, ledger_file, locked.records, data)
             before = list(locked.records)
             locked.write([*before, pending])
             recorded = True  # from here on the release is recorded: roll forward, never back

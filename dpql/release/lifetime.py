@@ -2,7 +2,7 @@
 while it is being written, its staged outputs), appended under an exclusive lock and rewritten
 atomically, so concurrent compiles lose nothing and a crash leaves a pending line that the next
 compile recovers (docs/architecture.md, "Writing a release"). ``dpql check --policy`` composes
-it (:mod:`dpql.check`)."""
+it (:mod:`dpql.release.policy`)."""
 
 from __future__ import annotations
 
@@ -69,9 +69,10 @@ class DataSourceRef(BaseModel):
     """The data source a release read, the data file resolved (symlinks followed): ``path``,
     relative to the ledger's folder (POSIX separators), which survives moving the project with
     its data; ``absolute``, which survives moving the ledger alone; ``data_hmac_sha256``, the
-    keyed fingerprint of the file's bytes that the curator file holds (:mod:`dpql.curator`), for
-    the curator to tell two paths of one file apart (never a plain hash: anyone could confirm a
-    guessed dataset). :func:`of_source` says which lines count against a data file."""
+    keyed fingerprint of the file's bytes that the curator file holds
+    (:mod:`dpql.release.curator`), for the curator to tell two paths of one file apart (never a
+    plain hash: anyone could confirm a guessed dataset). :func:`of_source` says which lines count
+    against a data file."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

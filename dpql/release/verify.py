@@ -2,18 +2,20 @@
 
 :func:`verify_release` runs, in order:
 
-1. reading (``V000``): a bounded, UTF-8, JSON file (:func:`dpql.provenance.read_record_bytes`);
-2. the record on its own (:func:`dpql.provenance.verify_record`): every number's range
+1. reading (``V000``): a bounded, UTF-8, JSON file
+   (:func:`dpql.release.provenance.read_record_bytes`);
+2. the record on its own (:func:`dpql.release.provenance.verify_record`): every number's range
    (``V004``), the schema, the accounting recomputed from the events, the spec and table hashes;
 3. the re-plan (:func:`replan_problems`): planning reads no data and is deterministic, so the
    normalised spec the record embeds is loaded again (:func:`dpql.spec.load.load_normalised_spec`)
    and planned (:func:`dpql.plan.planner.build_plan`). The record's budget must be the plan's
-   (``V015``), its ``plan_sha256`` the re-plan's (``V022``, :func:`dpql.provenance.plan_sha256`),
-   and its events exactly the ones the plan's budget table schedules, in order (``V016`` an
-   event that differs or is not in the plan, ``V017`` a planned event missing). A record whose
-   events were deleted and whose ``spent`` was recomputed to match fails here;
-4. the signature (:mod:`dpql.signing`): with ``key``, a valid Ed25519 signature by that key over
-   the record's content (``V040``-``V043``) and a file byte for byte as dpql wrote it
+   (``V015``), its ``plan_sha256`` the re-plan's (``V022``,
+   :func:`dpql.release.provenance.plan_sha256`), and its events exactly the ones the plan's budget
+   table schedules, in order (``V016`` an event that differs or is not in the plan, ``V017`` a
+   planned event missing). A record whose events were deleted and whose ``spent`` was recomputed to
+   match fails here;
+4. the signature (:mod:`dpql.release.signing`): with ``key``, a valid Ed25519 signature by that
+   key over the record's content (``V040``-``V043``) and a file byte for byte as dpql wrote it
    (``V044``); without, a note says whether the record is signed.
 
 What the plan fixes, per budget-table line (:class:`dpql.privacy.budget.BudgetLine`), and what an
@@ -47,7 +49,7 @@ from dpql import __version__
 from dpql.diagnostics import DiagnosticError
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.ledger import ZCDP_MECHANISMS, PrivacyEvent
-from dpql.provenance import (
+from dpql.release.provenance import (
     RecordUnreadable,
     VerifyProblem,
     dependency_versions,
@@ -123,7 +125,7 @@ def replan_problems(record: Mapping[str, Any], name: Path) -> list[VerifyProblem
     """``V021``: the embedded spec does not load or plan, or does not load back to itself;
     ``V015``: the record's budget is not the plan's; ``V022``: ``plan_sha256`` is not the
     re-plan's; ``V016`` / ``V017``: the events are not the plan's (module docstring). The
-    record must have passed :func:`dpql.provenance.verify_record`'s structural checks."""
+    record must have passed :func:`dpql.release.provenance.verify_record`'s structural checks."""
     from dpql.spec.load import load_normalised_spec, normalised_spec_json
 
     try:
@@ -292,7 +294,7 @@ def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
     cliques, ``s.picks(i)`` per round). A string in place of a list says why a release's
     queries are not resolved; None: ``plan``'s backend lists no selections. Public: the plan
     and the record."""
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
     from dpql.synth.aim import AimSchedule
     from dpql.synth.rap.schedule import RapSchedule
 
@@ -348,7 +350,7 @@ def _listed_event(
 ) -> PlannedEvent:
     """The adaptive Gaussian of ``line`` that measured the ``listed`` queries (a string: why
     they are not known): its count is their cells, its L2 sensitivity theirs at the public n."""
-    from dpql.plan.ir import joint_l2_sensitivity
+    from dpql.ir.queries import joint_l2_sensitivity
     from dpql.plan.resolve import query_cells
 
     phase = event_phase(line)
@@ -398,7 +400,7 @@ def released_values_bound(plan: Any) -> int:
     sub-marginals of at most ``prod(c_i + 1)`` cells in all), every 1- and 2-way marginal (the
     candidates AIM and the GAN measure), and the post-processing measures and acceptance tests.
     Public: the domain and the plan."""
-    from dpql.plan.ir import Marginal
+    from dpql.ir.queries import Marginal
     from dpql.plan.resolve import query_cells
 
     cards = {c.name: c.card for c in plan.spec.domain}
@@ -593,7 +595,7 @@ def _signature_problems(
     """``V040`` unsigned, ``V041`` the signature does not match the content, ``V042`` signed by
     another key, ``V043`` the public key file is unusable, ``V044`` the file is not byte for
     byte what dpql wrote (whitespace or number formatting changed)."""
-    from dpql.signing import SigningError, fingerprint, load_public_key, verify_signature
+    from dpql.release.signing import SigningError, fingerprint, load_public_key, verify_signature
 
     try:
         public = load_public_key(key)

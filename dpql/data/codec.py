@@ -1,9 +1,10 @@
 """The public encoding of tables: raw data frame -> :class:`EncodedTable` -> data frame.
 
-Pure functions, no file I/O; used by the data layer (private rows) and by the synthesizers
-(synthetic rows). The encoding is the one of :mod:`dpql.domain`: a categorical value becomes its
-index in the declared ``values``; a numeric value is clipped to ``[lo, hi]``, scaled to [0, 1]
-(``scaled``) and given its public bin (``codes``, via ``NumericColumn.bin_of``).
+Pure functions, no file I/O; used by the data layer (private rows), by the release's commit
+(decoding the synthetic table) and by ``dpql evaluate``. The encoding is the one of
+:mod:`dpql.domain`: a categorical value becomes its index in the declared ``values``; a numeric
+value is clipped to ``[lo, hi]``, scaled to [0, 1] (``scaled``) and given its public bin (``codes``,
+via ``NumericColumn.bin_of``).
 
 Cell semantics (every measurement engine implements exactly these, see ``dpql.data.sql``; the
 test ``tests/test_data_contract.py`` runs one corpus of odd cells through every engine). They are

@@ -1,9 +1,9 @@
 """JSON Schemas of the release spec, the policy and the provenance record.
 
-``python -m dpql.spec.schema`` rewrites ``spec/release.schema.json``, ``spec/policy.schema.json``
+``python -m dpql.schemas`` rewrites ``spec/release.schema.json``, ``spec/policy.schema.json``
 (generated from the pydantic models) and ``spec/provenance.schema.json`` (from
-:func:`dpql.provenance.record_schema`, versioned by ``dpql.provenance.RECORD_VERSION``); a test
-fails when the committed files are out of date.
+:func:`dpql.release.provenance.record_schema`, versioned by
+``dpql.release.provenance.RECORD_VERSION``); a test fails when the committed files are out of date.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from dpql.io import atomic_path
-from dpql.provenance import record_schema
+from dpql.release.provenance import record_schema
 from dpql.spec.models import Policy, ReleaseSpec
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "spec"
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "spec"
 Source = type[BaseModel] | Callable[[], dict[str, Any]]
 SCHEMAS: dict[str, Source] = {
     "release.schema.json": ReleaseSpec,

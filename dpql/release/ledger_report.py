@@ -3,8 +3,8 @@ policy's lifetime cap. Reads the ledger and the policy, never the data.
 
 Each data source's total is the one ``dpql check`` and ``dpql compile`` enforce: its lines plus
 the lines that name no data source (older or hand-written lines count against every source),
-composed as :class:`dpql.check.LifetimeBudget` states it (the smaller sound epsilon of basic and
-RDP composition within the caps)."""
+composed as :class:`dpql.release.policy.LifetimeBudget` states it (the smaller sound epsilon of
+basic and RDP composition within the caps)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dpql.check import ReleaseBudget, lifetime_budget
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
-from dpql.lifetime import ReleaseRecord, read_ledger, real_path, source_path
+from dpql.release.lifetime import ReleaseRecord, read_ledger, real_path, source_path
+from dpql.release.policy import ReleaseBudget, lifetime_budget
 from dpql.spec.load import LoadedPolicy, load_policy, load_spec
 
 
 def ledger_report(target: str | None, policy: Path | None = None) -> dict[str, Any]:
     """The report of ``target``: a release spec (its ledger and policy as ``dpql compile``
-    finds them, :func:`dpql.project.choose_ledger`), a ledger file (``.jsonl``; its policy is
-    ``policy`` or the one found from the ledger's folder that keeps it), or None (the ledger
+    finds them, :func:`dpql.release.project.choose_ledger`), a ledger file (``.jsonl``; its policy
+    is ``policy`` or the one found from the ledger's folder that keeps it), or None (the ledger
     found from the current folder). One JSON-ready document (``render_report`` prints it)."""
-    from dpql.project import choose_ledger, discover
+    from dpql.release.project import choose_ledger, discover
 
     data: Path | None = None
     loaded: LoadedPolicy | None = load_policy(policy) if policy is not None else None

@@ -38,51 +38,20 @@ from pathlib import Path
 
 from dpql.diagnostics import DiagnosticError, InternalError
 from dpql.domain import NumericColumn
-from dpql.lifetime import (  # the lifetime ledger, re-exported for callers of dpql.check
-    LockedLedger as LockedLedger,
-)
-from dpql.lifetime import (
-    RdpCurve as RdpCurve,
-)
-from dpql.lifetime import (
-    ReleaseRecord as ReleaseRecord,
-)
-from dpql.lifetime import (
-    StagedOutput as StagedOutput,
-)
-from dpql.lifetime import (
-    append_release as append_release,
-)
-from dpql.lifetime import (
-    fsync_folder as fsync_folder,
-)
-from dpql.lifetime import (
-    ledger_location_error as ledger_location_error,
-)
-from dpql.lifetime import (
-    locked_ledger as locked_ledger,
-)
-from dpql.lifetime import (
-    of_source as of_source,
-)
-from dpql.lifetime import (
-    read_ledger as read_ledger,
-)
-from dpql.lifetime import (
-    real_path as real_path,
-)
-from dpql.lifetime import (
-    recover_ledger as recover_ledger,
-)
-from dpql.lifetime import (
-    release_record as release_record,
-)
 from dpql.privacy.accountant import (
     DEFAULT_ORDERS,
     compose_rdp_curves,
     eps_and_order_from_rho,
     epsilon_from_rdp,
     rho_from_eps_delta,
+)
+from dpql.release.lifetime import (
+    RdpCurve,
+    ReleaseRecord,
+    ledger_location_error,
+    of_source,
+    read_ledger,
+    real_path,
 )
 from dpql.spec.load import LoadedPolicy, LoadedSpec
 from dpql.synth.base import backend
@@ -350,10 +319,10 @@ def lifetime_report(
 ) -> LifetimeBudget | None:
     """The lifetime budget with this release added (None when the policy sets no lifetime),
     over the ledger's lines that count against the data file ``data`` (all lines when None;
-    :func:`dpql.lifetime.of_source`). ``ledger_path`` defaults to the policy's
+    :func:`dpql.release.lifetime.of_source`). ``ledger_path`` defaults to the policy's
     ``lifetime.ledger``; a missing ledger holds no release (``dpql compile`` creates it; a typo
-    that hides the real ledger is caught by :func:`dpql.project.choose_ledger`, E616); E020 if
-    it is malformed, E615 if it is not a usable file."""
+    that hides the real ledger is caught by :func:`dpql.release.project.choose_ledger`, E616);
+    E020 if it is malformed, E615 if it is not a usable file."""
     lifetime = policy.model.lifetime
     path = ledger_path if ledger_path is not None else policy.ledger_path
     if lifetime is None or path is None:
