@@ -1,34 +1,42 @@
 """The layer contract: which package of dpql may import which (docs/architecture.md).
 
-Read from the source (every ``import`` and ``from ... import`` statement, at any depth, so a
-function-local import counts too), so adding a forbidden import fails this test.
+Checked twice: from the source (every ``import`` and ``from ... import`` statement, at any depth,
+so a function-local import counts too), and by what importing a layer loads (each layer's
+modules imported in a fresh interpreter, so an import pulled in through a third module counts).
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from guards import run_or_fail
+from guards import HANG_GUARD_S, run_or_fail
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "dpql"
 
+# the commands and the pipeline sit above every layer; no layer imports them
+TOP = ("pipeline", "cli", "init", "schemas", "evaluate")
 # package -> packages it must never import (at any depth, function-local imports included)
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "spec": ("data", "synth", "postprocess", "plan", "privacy", "pipeline", "evaluate"),
-    "lang": ("data", "synth", "postprocess", "plan", "privacy", "pipeline", "evaluate"),
-    "privacy": ("data", "synth", "postprocess", "plan", "pipeline", "evaluate"),
-    "plan": ("data", "postprocess", "pipeline", "evaluate"),
-    "synth": ("data", "postprocess", "pipeline", "evaluate"),
-    "postprocess": ("data", "synth", "pipeline", "evaluate"),
-    "data": ("synth", "postprocess", "pipeline", "evaluate"),
+    "spec": ("lang", "ir", "privacy", "plan", "data", "synth", "postprocess", "release", *TOP),
+    "lang": ("spec", "ir", "privacy", "plan", "data", "synth", "postprocess", "release", *TOP),
+    "ir": ("privacy", "plan", "data", "synth", "postprocess", "release", *TOP),
+    "privacy": ("plan", "data", "synth", "postprocess", "release", *TOP),
+    "plan": ("data", "synth", "postprocess", "release", *TOP),
+    "synth": ("data", "postprocess", "release", *TOP),
+    "postprocess": ("data", "synth", "release", *TOP),
+    "data": ("plan", "synth", "postprocess", "release", *TOP),
+    "release": ("postprocess", *TOP),
 }
-# the plan stage may use the synthesizer *interface* (and through its registry each backend's
-# JAX-free plan); never a backend's program
-PLAN_MAY_IMPORT_FROM_SYNTH = ("dpql.synth.base",)
+# The interface modules a layer may import from a package it otherwise must not: the plan stage
+# uses the synthesizer protocol and registry (through which it calls each backend's JAX-free
+# plan), never a backend's program.
+INTERFACES: dict[str, tuple[str, ...]] = {"plan": ("dpql.synth.base",)}
 
 
 def imports_of(path: Path) -> list[str]:
@@ -43,19 +51,27 @@ def imports_of(path: Path) -> list[str]:
     return [m for m in out if m.startswith("dpql")]
 
 
+def forbidden(layer: str, module: str) -> bool:
+    """Whether ``layer`` must not import (or load) ``module``: its package is forbidden and it is
+    neither an interface the layer may use nor a package that holds one (importing
+    ``dpql.synth.base`` loads ``dpql.synth``)."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in FORBIDDEN[layer]:
+        return False
+    return not any(
+        module == m or module.startswith(m + ".") or m.startswith(module + ".")
+        for m in INTERFACES.get(layer, ())
+    )
+
+
 def violations(layer: str) -> list[str]:
     bad = []
     for path in sorted((PKG / layer).rglob("*.py")):
-        for module in imports_of(path):
-            parts = module.split(".")
-            top = parts[1] if len(parts) > 1 else ""
-            if top not in FORBIDDEN[layer]:
-                if layer == "plan" and top == "synth" and not any(
-                    module == m or module.startswith(m + ".") for m in PLAN_MAY_IMPORT_FROM_SYNTH
-                ):
-                    bad.append(f"{path.relative_to(ROOT)} imports {module}")
-                continue
-            bad.append(f"{path.relative_to(ROOT)} imports {module}")
+        bad.extend(
+            f"{path.relative_to(ROOT)} imports {module}"
+            for module in imports_of(path)
+            if forbidden(layer, module)
+        )
     return bad
 
 
@@ -75,20 +91,93 @@ def test_the_checker_catches_a_forbidden_import(tmp_path: Path, monkeypatch) -> 
                                    "dpql/synth/leak.py imports dpql.data.engines.open_engine"]
 
 
+def modules_of(layer: str) -> list[str]:
+    """Every module of a layer, by its dotted name."""
+    names = []
+    for path in sorted((PKG / layer).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__main__":  # a script: importing it runs it
+            continue
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+LOAD = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m == "dpql" or m.startswith("dpql."))))
+"""
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    """Per layer, the dpql modules a fresh interpreter holds after importing all the layer's
+    modules (one interpreter per layer, all started at once)."""
+    procs = {
+        layer: subprocess.Popen(
+            [sys.executable, "-c", LOAD, *modules_of(layer)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for layer in sorted(FORBIDDEN)
+    }
+    out = {}
+    for layer, proc in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"importing the {layer} layer hangs (a hang guard, not a timing test)")
+        assert proc.returncode == 0, stderr
+        out[layer] = json.loads(stdout)
+    return out
+
+
+def loaded_violations(layer: str, modules: list[str]) -> list[str]:
+    return [m for m in modules if forbidden(layer, m)]
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_importing_a_layer_loads_only_what_it_may(layer: str, loaded) -> None:
+    assert set(modules_of(layer)) <= set(loaded[layer])  # every module of the layer was imported
+    assert loaded_violations(layer, loaded[layer]) == []
+
+
+def test_importing_the_spec_loads_no_privacy_module(loaded) -> None:
+    assert not [m for m in loaded["spec"] if m.startswith("dpql.privacy")]
+
+
+def test_the_load_check_catches_a_forbidden_module() -> None:
+    """A module loaded through a third one counts, an interface and its package do not."""
+    modules = ["dpql.plan.planner", "dpql.synth", "dpql.synth.base", "dpql.synth.rap",
+               "dpql.data.codec"]
+    assert loaded_violations("plan", modules) == ["dpql.synth.rap", "dpql.data.codec"]
+
+
+def node(module: str) -> str:
+    """The package-level graph's node of a module: its package, or the interface module it is
+    in (an interface is a node of its own: a layer that may use it does not depend on the rest
+    of its package)."""
+    for m in (i for interfaces in INTERFACES.values() for i in interfaces):
+        if module == m or module.startswith(m + "."):
+            return m.removeprefix("dpql.")
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
 def test_no_import_cycles_between_packages() -> None:
-    """Package-level graph (spec, lang, plan, ...): acyclic apart from the documented plan ->
-    synth.base edge (synth.base imports nothing of plan at run time)."""
+    """The package-level graph (spec, lang, ir, plan, ..., with each interface module a node of
+    its own) is acyclic."""
     graph: dict[str, set[str]] = {}
     for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG).parts
-        src = rel[0].removesuffix(".py")
+        src = node(".".join(path.relative_to(ROOT).with_suffix("").parts))
         for module in imports_of(path):
-            parts = module.split(".")
-            if len(parts) > 1 and parts[1] != src:
-                graph.setdefault(src, set()).add(parts[1])
-    # synth.base's imports are TYPE_CHECKING-only; the edge synth -> plan is real for
-    # backends (they use the IR), plan -> synth only through synth.base's registry
-    graph.get("plan", set()).discard("synth")
+            dst = node(module)
+            if dst and dst != src:
+                graph.setdefault(src, set()).add(dst)
     seen: dict[str, int] = {}
 
     def visit(node: str, stack: list[str]) -> None:
@@ -101,8 +190,8 @@ def test_no_import_cycles_between_packages() -> None:
             visit(nxt, [*stack, node])
         seen[node] = 2
 
-    for node in sorted(graph):
-        visit(node, [])
+    for start in sorted(graph):
+        visit(start, [])
 
 
 BLOCK_JAX = """
