@@ -144,7 +144,7 @@ def test_severity_matches_the_prefix_wherever_the_source_states_it() -> None:
 
 
 def test_entries_are_consistent() -> None:
-    cli = (PKG / "cli.py").read_text(encoding="utf-8")
+    cli = (PKG / "cli" / "parser.py").read_text(encoding="utf-8")
     commands = set(re.findall(r'add_parser\(\s*"(\w+)"', cli))
     assert commands >= {"plan", "check", "compile", "verify", "evaluate"}
     sections = {s.key for s in SECTIONS}

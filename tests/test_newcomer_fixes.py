@@ -105,7 +105,7 @@ def test_report_without_label_or_gan(tmp_path: Path) -> None:
 
 
 def test_the_command_line_prints_no_exponent_for_large_numbers() -> None:
-    from dpql.cli import _fmt
+    from dpql.cli.output import fmt_number
 
-    assert _fmt(15980.0) == "15,980" and _fmt(32561) == "32,561"
-    assert _fmt(0.0123) == "0.0123" and _fmt(1234.5) == "1234"
+    assert fmt_number(15980.0) == "15,980" and fmt_number(32561) == "32,561"
+    assert fmt_number(0.0123) == "0.0123" and fmt_number(1234.5) == "1234"

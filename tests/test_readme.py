@@ -7,7 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
-from dpql.cli import build_parser
+from dpql.cli.parser import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -472,7 +472,7 @@ def test_ctrl_c_says_what_was_written(
     assert "no output was written and nothing was recorded" in err
     assert _released(spec) == [] and not read_ledger(_default_ledger(spec))
     with monkeypatch.context() as m:
-        m.setattr("dpql.cli._print_compiled", interrupt)
+        m.setattr("dpql.cli.compile.print_compiled", interrupt)
         assert _compile(spec) == 130
     err = capsys.readouterr().err
     assert "the release was written and recorded" in err and "no output" not in err

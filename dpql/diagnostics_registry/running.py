@@ -468,6 +468,6 @@ ENTRIES.error(
     "--sign-key` names a missing, malformed or world-readable key (refused before any data is "
     "read)",
     (*KEYGEN, *COMPILE),
-    "dpql.cli",
+    "dpql.cli.verify",
     "dpql.pipeline",
 )
