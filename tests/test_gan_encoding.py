@@ -12,7 +12,7 @@ import pytest
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn, numeric_edges
 from dpql.privacy.accountant import epsilon_from_events
 from dpql.privacy.ledger import PrivacyEvent
-from dpql.release.verify import event_phase
+from dpql.release.events import event_phase
 from dpql.spec.load import load_spec
 from dpql.synth.base import PlanContext
 from dpql.synth.gan import GanOptions, encoding

@@ -355,6 +355,7 @@ ENTRIES.error(
 # record verification (V0xx)
 
 PROVENANCE, AUDIT = "dpql.release.provenance", "dpql.release.verify"
+EVENTS = "dpql.release.events"
 
 ENTRIES.error(
     "V000",
@@ -415,13 +416,13 @@ ENTRIES.error(
     "V016",
     "an event differs from the one the re-plan of the embedded spec schedules, or is not in it",
     VERIFY,
-    AUDIT,
+    EVENTS,
 )
 ENTRIES.error(
     "V017",
     "an event the re-plan of the embedded spec schedules is missing from the record",
     VERIFY,
-    AUDIT,
+    EVENTS,
 )
 ENTRIES.error("V020", "the spec in the record does not match `spec_sha256`", VERIFY, PROVENANCE)
 ENTRIES.error(

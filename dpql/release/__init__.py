@@ -10,5 +10,6 @@ one unit, its provenance record, signatures and verification.
   (:mod:`dpql.release.provenance_schema`: its JSON Schema);
 * :mod:`dpql.release.curator`: the curator-only file;
 * :mod:`dpql.release.signing`: Ed25519 record signatures;
-* :mod:`dpql.release.verify`: ``dpql verify`` (re-plan, events, signature).
+* :mod:`dpql.release.verify`: ``dpql verify`` (re-plan, signature;
+  :mod:`dpql.release.events`: the record's events against the plan's budget table).
 """
