@@ -150,14 +150,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _split_text(plan: Any) -> str:
     """The post-processing budget's split (dpql.plan.split) in words, for `dpql plan`."""
     from dpql.plan.acceptance import Z
-    from dpql.plan.split import PASS_ROOM, ROOM_SHARE_CAP, pilot_sd, synthesizer_sd_growth
+    from dpql.plan.split import (
+        PASS_ROOM,
+        ROOM_SD_GROWTH,
+        ROOM_SHARE_CAP,
+        pilot_sd,
+        synthesizer_sd_growth,
+    )
 
     split = plan.split
     rho = plan.budget.rho
     how = (
         "chosen by the planner: the least that lets every DP test decide its tolerance, "
         f"at most {float(split.cap):g}, plus room for a pass (2 sd <= {1 - PASS_ROOM:g} t) "
-        f"while the share stays at most {float(ROOM_SHARE_CAP):g} (the first room that "
+        f"while the synthesizer's noise sd grows at most {float(ROOM_SD_GROWTH):g}x (share "
+        f"{float(ROOM_SHARE_CAP):.3g}; the first room that "
         "does not fit whole gets what is left)"
         if split.chosen
         else "fixed by postprocess.share"
