@@ -41,6 +41,7 @@ from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Marginal, Query, TruePred, joint_l2_sensitivity
 from dpql.plan.acceptance import Z
 from dpql.privacy.mechanisms import gaussian_sigma
+from dpql.synth.nulls import complete_columns
 
 
 def dropped_columns(spec: Any) -> tuple[str, ...]:
@@ -169,26 +170,6 @@ class WithOracle:
         return self._private.public_table(path)
 
 
-def measured_null_share(
-    table: EncodedTable, column: str, measurements: Sequence[tuple[Query, Any, float]]
-) -> tuple[float, float] | None:
-    """The inverse-variance average of the noisy null shares of ``column`` that its measured
-    marginals give, with its sd; None when no measured marginal holds the column. A marginal
-    over ``k`` cells with noise sd ``s`` per cell gives the null share as the sum of its
-    ``k / card`` null cells, with sd ``s * sqrt(k / card)``. Post-processing of DP outputs."""
-    col = table.domain[column]
-    weight = total = 0.0
-    for q, answer, sd in measurements:
-        if not isinstance(q, Marginal) or column not in q.columns or sd <= 0:
-            continue
-        shape = tuple(table.domain.card(c) for c in q.columns)
-        cube = np.asarray(answer, dtype=np.float64).reshape(shape)
-        share = float(np.take(cube, col.null_code, axis=q.columns.index(column)).sum())
-        var = sd**2 * cube.size / col.card
-        weight, total = weight + 1.0 / var, total + share / var
-    return None if weight == 0.0 else (total / weight, math.sqrt(1.0 / weight))
-
-
 def without_unsupported_nulls(
     table: EncodedTable,
     measurements: Sequence[tuple[Query, Any, float]],
@@ -196,7 +177,7 @@ def without_unsupported_nulls(
     z: float = Z,
 ) -> EncodedTable:
     """``table`` with no empty cell in a ``missing: keep`` column whose null state its measured
-    marginals cannot tell from zero (:func:`measured_null_share` below ``z`` sds, the
+    marginals cannot tell from zero (``dpql.synth.nulls.complete_columns``, below ``z`` sds, the
     acceptance tests' ``z``): a column without empty cells keeps its public null state, and the
     noise would otherwise give it a few. Each such cell is replaced by the column's value in
     another synthetic row drawn at random among those with one. Post-processing of the
@@ -204,12 +185,8 @@ def without_unsupported_nulls(
     a column no measured marginal holds is left as it is."""
     codes, scaled = dict(table.codes), dict(table.scaled)
     rng = np.random.default_rng(seed)
-    for col in table.domain:
-        if not col.nullable:
-            continue
-        found = measured_null_share(table, col.name, measurements)
-        if found is None or found[0] >= z * found[1]:
-            continue
+    for name in complete_columns(table.domain, measurements, z):
+        col = table.domain[name]
         null = codes[col.name] == col.null_code
         present = np.flatnonzero(~null)
         if not null.any() or present.size == 0:

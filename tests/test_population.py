@@ -84,7 +84,8 @@ def test_the_null_share_is_read_from_every_marginal_that_holds_the_column() -> N
     """Without a 1-way answer, the null share is the inverse-variance average of what the
     measured k-way marginals give (each null slice summed, its sd grown with its cells)."""
     from dpql.domain import CategoricalColumn, Domain, EncodedTable
-    from dpql.population import measured_null_share, without_unsupported_nulls
+    from dpql.population import without_unsupported_nulls
+    from dpql.synth.nulls import measured_null_share
 
     d = Domain((CategoricalColumn("a", ("x", "y"), nullable=True),
                 CategoricalColumn("b", ("u", "v"), nullable=True)))  # fmt: skip
@@ -93,11 +94,11 @@ def test_the_null_share_is_read_from_every_marginal_that_holds_the_column() -> N
     codes = {c: rng.choice(3, 1000, p=[0.5, 0.45, 0.05]).astype(np.int32) for c in "ab"}
     table = EncodedTable(d, codes, {})
     measured = [(Marginal(("a", "b")), cube.ravel(), 0.002)]
-    share_a, sd_a = measured_null_share(table, "a", measured)
-    share_b, sd_b = measured_null_share(table, "b", measured)
+    share_a, sd_a = measured_null_share(d, "a", measured)
+    share_b, sd_b = measured_null_share(d, "b", measured)
     assert share_a == pytest.approx(0.027) and share_b == pytest.approx(0.005)
     assert sd_a == pytest.approx(0.002 * np.sqrt(3)) == sd_b
     out = without_unsupported_nulls(table, measured, seed=0)
     assert (out.codes["a"] == codes["a"]).all()  # 7.8 sd: a real null share stays
     assert not (out.codes["b"] == 2).any()  # 1.4 sd: indistinguishable from none
-    assert measured_null_share(table, "a", [(Marginal(("b",)), cube.sum(0), 0.002)]) is None
+    assert measured_null_share(d, "a", [(Marginal(("b",)), cube.sum(0), 0.002)]) is None

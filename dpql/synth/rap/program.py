@@ -42,6 +42,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +54,7 @@ from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, Nu
 from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.progress import Progress
+from dpql.synth.nulls import complete_columns
 from dpql.synth.rap.schedule import (
     RapOptions,
     RapSchedule,
@@ -297,15 +299,17 @@ class _Fitter:
         self._step = jax.jit(self._marginal_step)
         self._init = jax.jit(self.optimizer.init)
 
-    def _marginal_step(self, params, opt_state, rest_loss, rest_grad, marginals):
+    def _marginal_step(self, params, opt_state, rest_loss, rest_grad, marginals, closed):
         loss, grad = jax.value_and_grad(_marginals_loss)(params, marginals, self.statics)
         grad = jax.tree_util.tree_map(jnp.add, grad, rest_grad)
         updates, opt_state = self.optimizer.update(grad, opt_state)
         params = optax.apply_updates(params, updates)
-        return (params[0], jnp.clip(params[1], 0.0, 1.0)), opt_state, loss + rest_loss
+        logits = jnp.where(closed, CLOSED_LOGIT, params[0])
+        return (logits, jnp.clip(params[1], 0.0, 1.0)), opt_state, loss + rest_loss
 
-    def fit(self, params, measured: Sequence[_Measured], iterations: int):
-        """``iterations`` Adam steps from ``params``; returns (params, final loss)."""
+    def fit(self, params, measured: Sequence[_Measured], iterations: int, closed):
+        """``iterations`` Adam steps from ``params``, the logits where ``closed`` (a (width,)
+        bool mask) held at :data:`CLOSED_LOGIT`; returns (params, final loss)."""
         data = _build_data(self.statics, measured, self.thresholds)
         o = self.options
         sigmas = np.geomspace(o.sigma_start, o.sigma_max, iterations).astype(np.float32)
@@ -322,7 +326,7 @@ class _Fitter:
             if rest is not None:
                 rest_loss, rest_grad = rest(params, groups, data["scalars"], sigma)
             params, opt_state, loss = self._step(
-                params, opt_state, rest_loss, rest_grad, data["marginals"]
+                params, opt_state, rest_loss, rest_grad, data["marginals"], closed
             )
         return params, loss
 
@@ -398,6 +402,21 @@ def _answers_of_rows(
 # ------------------------------------------------------------------------------------------
 # The program
 
+# A closed cell's logit: its softmax probability is about exp(-30) ~ 1e-13, below what a
+# float32 sum of the fit resolves, and it stays finite, so gradients through the softmax do too.
+CLOSED_LOGIT = -30.0
+
+
+def _closed_nulls(layout: Layout, answers: Sequence[tuple[Query, Any, float]]) -> jnp.ndarray:
+    """The (width,) mask of the null cells of the columns whose noisy 1-way answers cannot tell
+    their null share from zero (``dpql.synth.nulls.complete_columns``): post-processing of the
+    init round's DP answers, so the rest of the fit keeps no mass on empty cells that the
+    noise alone would give them."""
+    mask = np.zeros(layout.width, bool)
+    for name in complete_columns(layout.domain, answers):
+        mask[layout.offsets[layout.block(name)] + layout.domain[name].null_code] = True
+    return jnp.asarray(mask)
+
 
 @dataclass(frozen=True)
 class RapResult:
@@ -439,6 +458,7 @@ def run_rap(
     )
     measured: list[_Measured] = []
     unclipped: list[np.ndarray] = []
+    closed = jnp.zeros(layout.width, bool)
     selected: list[tuple[int, ...]] = []
     done: set[Query] = set()
     losses: list[float] = []
@@ -480,9 +500,13 @@ def run_rap(
             measured.append(_Measured(q, np.clip(a, 0.0, 1.0), sigma))
             unclipped.append(np.asarray(a, dtype=np.float64))
             done.add(q)
+        if rnd.kind == "init":
+            init = [(q, a, sigma) for q, a in zip(chosen, noisy, strict=True)]
+            closed = _closed_nulls(layout, init)
+            params = (jnp.where(closed, CLOSED_LOGIT, params[0]), params[1])
         # The first fit starts from noise; later ones are warm-started from the last rows.
         steps = options.warm_iterations if losses else options.iterations
-        params, loss = fitter.fit(params, measured, steps)
+        params, loss = fitter.fit(params, measured, steps, closed)
         losses.append(float(loss))
         if progress:
             progress("rap", t + 1, total)
