@@ -54,7 +54,7 @@ from dpql.ir.queries import Marginal, Query, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine, split_rho
 from dpql.privacy.mechanisms import gumbel_beta
 from dpql.spec.models import AimOptions
-from dpql.synth.base import PlanContext, RunContext, SynthCost, SynthPlan, SynthResult
+from dpql.synth.base import PlanContext, RunContext, SynthCost, SynthPlan, SynthResult, Traits
 
 #: the model-size cap from the machine (:func:`machine_model_cap`): MB per CPU core, within
 #: [MODEL_CAP_MIN, MODEL_CAP_MAX] (AIM's reference cap), and at most 1 / MODEL_MEMORY_SHARE of
@@ -477,15 +477,15 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
 
 class AimBackend:
     name = "aim"
-    zcdp_only = True
-    planned_curve = True
-    spends_budget = True
+    traits = Traits()
 
     def declared_budget(self, spec: object) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def plan_with(self, ctx: PlanContext, options: AimOptions) -> SynthPlan:
+    def plan(self, ctx: PlanContext, options: AimOptions | None = None) -> SynthPlan:
         spec = ctx.spec
+        if options is None:
+            options = spec.model.synthesizer.options
         if options.max_model_size is None:
             options = options.model_copy(update={"max_model_size": machine_model_cap()})
         dom = spec.domain
@@ -511,9 +511,6 @@ class AimBackend:
         opts["init_share"] = s.init_share
         cards = {c.name: c.card for c in spec.domain}
         return SynthPlan("aim", tuple(budget_lines(s, cards)), (s, options), cost, opts)
-
-    def plan(self, ctx: PlanContext) -> SynthPlan:
-        return self.plan_with(ctx, ctx.spec.model.synthesizer.options)
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
         from dpql.synth.graphical import import_mbi

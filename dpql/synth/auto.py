@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from dpql.ir.queries import Halfspace, Prefix, Query
 from dpql.spec.models import AimOptions, RapOptions
-from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, backend
+from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, Traits, backend
 
 #: the options each candidate backend runs with when auto picks it
 DEFAULT_OPTIONS = {"aim": AimOptions, "rap": RapOptions}
@@ -47,17 +47,16 @@ def choose(queries: Sequence[Query], rows: int, epsilon: float) -> tuple[str, st
 
 class AutoBackend:
     name = "auto"
-    zcdp_only = True  # both candidates (rap, aim) append only zCDP events
-    planned_curve = True
-    spends_budget = True
+    traits = Traits()  # both candidates (rap, aim) append only zCDP events
 
     def declared_budget(self, spec: object) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def plan(self, ctx: PlanContext) -> SynthPlan:
+    def plan(self, ctx: PlanContext, options: object = None) -> SynthPlan:
+        """``options``: the auto options model (it has none to read)."""
         name, reason = choose(ctx.queries, ctx.spec.rows, ctx.epsilon)
         chosen = backend(name)
-        inner = chosen.plan_with(ctx, DEFAULT_OPTIONS[name]())  # type: ignore[attr-defined]
+        inner = chosen.plan(ctx, DEFAULT_OPTIONS[name]())
         if name == "aim":
             o = inner.options
             reason += (

@@ -2,8 +2,9 @@
 
 A backend is a small bundle (in the way optax bundles ``init``/``update``) with two stages:
 
-* ``plan(ctx: PlanContext) -> SynthPlan``: JAX-free and data-free. From the spec, the resolved
-  workload and the rho its phase may spend, it fixes everything the run will do: its budget
+* ``plan(ctx: PlanContext, options=None) -> SynthPlan``: JAX-free and data-free. From the
+  spec (or the ``options`` given), the resolved workload and the rho its phase may spend, it
+  fixes everything the run will do: its budget
   table lines (the ledger events it will append), its resource cost, and a backend-specific
   frozen ``config`` handed back to ``run``. ``dpql plan`` and ``dpql check`` stop here.
 * ``run(plan: SynthPlan, ctx: RunContext) -> SynthResult``: the program. It reaches private
@@ -110,22 +111,34 @@ class SynthResult:
     measurements: tuple[tuple[Query, Any, float], ...] = ()
 
 
+@dataclass(frozen=True)
+class Traits:
+    """What the planner, the policy check and the record need to know of a backend's privacy
+    accounting, fixed per backend (public, data-free)."""
+
+    #: every event it appends is zCDP (Gaussian, Gumbel): the record can state a rho
+    zcdp_only: bool = True
+    #: its events are known at plan time, so a planned RDP curve can go to the lifetime ledger
+    planned_curve: bool = True
+    #: it spends part of dpql's budget (else dpql only post-processes its table)
+    spends_budget: bool = True
+
+
 class Synthesizer(Protocol):
     """A synthesizer backend (see the module docstring)."""
 
     name: str
-    #: every event it appends is zCDP (Gaussian, Gumbel): the record can state a rho
-    zcdp_only: bool
-    #: its events are known at plan time, so a planned RDP curve can go to the lifetime ledger
-    planned_curve: bool
-    #: it spends part of dpql's budget (else dpql only post-processes its table)
-    spends_budget: bool
+    traits: Traits
 
     def declared_budget(self, spec: LoadedSpec) -> tuple[float, float]:
         """(epsilon, delta) spent outside dpql, under replace-one (0, 0 for dpql's own)."""
         ...
 
-    def plan(self, ctx: PlanContext) -> SynthPlan: ...
+    def plan(self, ctx: PlanContext, options: Any = None) -> SynthPlan:
+        """The backend's plan with ``options`` (its options model; None: the spec's own, as
+        ``synthesizer.options`` gives them; ``method: auto`` passes the chosen backend's
+        defaults)."""
+        ...
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult: ...
 

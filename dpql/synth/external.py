@@ -9,20 +9,18 @@ from typing import Any
 from dpql.privacy.accountant import replace_one_guarantee
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.ledger import PrivacyEvent
-from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult
+from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, Traits
 
 
 class ExternalBackend:
     name = "external"
-    zcdp_only = False
-    planned_curve = True
-    spends_budget = False
+    traits = Traits(zcdp_only=False, spends_budget=False)
 
     def declared_budget(self, spec: Any) -> tuple[float, float]:
         b = spec.model.synthesizer.budget
         return replace_one_guarantee(b.epsilon, b.delta, b.neighbouring)
 
-    def plan(self, ctx: PlanContext) -> SynthPlan:
+    def plan(self, ctx: PlanContext, options: Any = None) -> SynthPlan:
         return SynthPlan("external", (BudgetLine("external", "external", 1, None),), None)
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:

@@ -34,7 +34,7 @@ from dpql.domain import EncodedTable
 from dpql.ir.queries import Marginal, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.ledger import PrivacyEvent
-from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult
+from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, Traits
 from dpql.synth.gan import encoding
 from dpql.synth.gan.options import GanOptions
 from dpql.synth.gan.plan import GanPlan, plan_gan
@@ -42,14 +42,13 @@ from dpql.synth.gan.plan import GanPlan, plan_gan
 
 class GanBackend:
     name = "gan"
-    zcdp_only = False
-    planned_curve = False  # the DP-SGD curve is known only once the run has appended it
-    spends_budget = True
+    # the DP-SGD curve is known only once the run has appended it
+    traits = Traits(zcdp_only=False, planned_curve=False)
 
     def declared_budget(self, spec: Any) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def plan(self, ctx: PlanContext) -> SynthPlan:
+    def plan(self, ctx: PlanContext, options: GanOptions | None = None) -> SynthPlan:
         """DP-SGD noise for the GAN so that it and the planned zCDP phases fit (epsilon,
         delta) together (the other phases enter as placeholder Gaussian events of their rho)."""
         from dpql.plan.resources import gan_cost
@@ -72,7 +71,8 @@ class GanBackend:
             "synthesizer",
         )
         pos = doc.key_pos(where)
-        options: GanOptions = spec.model.synthesizer.options
+        if options is None:
+            options = spec.model.synthesizer.options
         _refuse_kept_missing(spec)
         marginal_lines: tuple[BudgetLine, ...] = ()
         measured: tuple[Marginal, ...] = ()

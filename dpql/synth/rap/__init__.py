@@ -16,7 +16,7 @@ import numpy as np
 
 from dpql.privacy.budget import BudgetLine
 from dpql.privacy.mechanisms import gumbel_beta
-from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult
+from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, Traits
 from dpql.synth.rap.schedule import RapOptions, RapSchedule, plan_rap, release_sigma
 
 # Default 1:3. The paper halves each round (Vietri et al. 2022, App. C, proof of Theorem 1:
@@ -51,21 +51,17 @@ def budget_lines(rap: RapSchedule, n: int, cards: dict[str, int]) -> list[Budget
 
 class RapBackend:
     name = "rap"
-    zcdp_only = True
-    planned_curve = True
-    spends_budget = True
+    traits = Traits()
 
     def declared_budget(self, spec: object) -> tuple[float, float]:
         return 0.0, 0.0
 
-    def plan(self, ctx: PlanContext) -> SynthPlan:
-        return self.plan_with(ctx, ctx.spec.model.synthesizer.options)
-
-    def plan_with(self, ctx: PlanContext, options: RapOptions) -> SynthPlan:
-        """The plan with ``options`` (``method: auto`` passes its own)."""
+    def plan(self, ctx: PlanContext, options: RapOptions | None = None) -> SynthPlan:
         from dpql.plan.resources import rap_cost
 
         spec = ctx.spec
+        if options is None:
+            options = spec.model.synthesizer.options
         split = spec.model.privacy.split or {}
         sel = Fraction(split.get("selection", DEFAULT_SELECTION_SHARE)).limit_denominator(10**6)
         meas = Fraction(split.get("measurement", 1 - DEFAULT_SELECTION_SHARE)).limit_denominator(
