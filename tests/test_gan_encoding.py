@@ -15,8 +15,9 @@ from dpql.privacy.ledger import PrivacyEvent
 from dpql.release.events import event_phase
 from dpql.spec.load import load_spec
 from dpql.synth.base import PlanContext
-from dpql.synth.gan import GanOptions, encoding
-from dpql.synth.gan.backend import BACKEND, marginal_queries, resample_to_marginals
+from dpql.synth.gan import BACKEND, GanOptions, encoding
+from dpql.synth.gan.plan import marginal_queries
+from dpql.synth.gan.program import resample_to_marginals
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult-gan" / "adult-gan.release.yaml"
 

@@ -423,7 +423,7 @@ class AimOptions(_Model):
         None,
         description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
         "where the signal is abundant, fewer where noise would swamp them), in at most 4 rounds "
-        "(dpql.synth.aim.default_schedule).",
+        "(dpql.synth.aim.plan.default_schedule).",
     )
     per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
         None,
@@ -434,7 +434,7 @@ class AimOptions(_Model):
         None,
         description="Share of rho on the 1-way marginals; default: enough for 0.05 "
         "expected L1 noise per column, within [0.2, 0.7]; 0.9 if only one marginal is affordable "
-        "(dpql.synth.aim.default_schedule).",
+        "(dpql.synth.aim.plan.default_schedule).",
     )
     select_share: Share = 0.1
     tree: bool = Field(
@@ -442,7 +442,7 @@ class AimOptions(_Model):
         "of the 2-way candidates (MST's maximum spanning tree, McKenna et al. 2021: one "
         "exponential-mechanism pick per edge, each among the pairs that join two components, "
         "scored against the 1-way model) and measures it, so that every column is measured with "
-        "another where the budget affords a pair for it (dpql.synth.aim.spanning_picks)."
+        "another where the budget affords a pair for it (dpql.synth.aim.plan.spanning_picks)."
     )
     tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
         0.5, description="Budget of each spanning-forest pair relative to an adaptive pick "
@@ -453,7 +453,7 @@ class AimOptions(_Model):
         None,
         description="Cap on the graphical model's size in MB (AIM's model-size filter); "
         "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "
-        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap).",
+        "and at most 1/32 of the memory limit (dpql.synth.aim.plan.machine_model_cap).",
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
@@ -461,13 +461,13 @@ class AimOptions(_Model):
         16,
         description="Passes of the row balancer over the columns (0: off): the sampled rows "
         "are rearranged by value swaps within each column so that their workload marginals come "
-        "closer to the model's expected counts (dpql.synth.graphical.balance_rows).",
+        "closer to the model's expected counts (dpql.synth.aim.graphical.balance_rows).",
     )
     pool_rare: bool = Field(
         True,
         description="Fit the model to the 1-way answers with each column's rare cells "
         "(noisy count below 3 sigma) shrunk towards their mean (empirical Bayes; MST's domain "
-        "compression where noise dwarfs them; dpql.synth.aim.pool_rare).",
+        "compression where noise dwarfs them; dpql.synth.aim.program.pool_rare).",
     )
 
     @classmethod

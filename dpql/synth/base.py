@@ -12,9 +12,12 @@ A backend is a small bundle (in the way optax bundles ``init``/``update``) with 
   DP noise only from ``ctx.noise`` and appends every mechanism call to ``ctx.ledger``; its
   imports (JAX) happen inside it.
 
-Backends register by name in :data:`BACKENDS` (module path and attribute), imported lazily on
-first use, so adding one is a module under ``dpql/synth/`` plus its options model in
-:mod:`dpql.spec.models`, and one line here.
+Every backend is a package ``dpql/synth/<name>/`` of the same shape: ``__init__.py`` holds its
+``BACKEND`` (name, :class:`Traits`, ``declared_budget``, ``plan``, ``run``), ``plan.py`` its
+JAX-free planning and cost model, ``program.py`` the run (JAX and other heavy imports load
+there, when a release runs). Backends register by name in :data:`BACKENDS`, imported lazily on
+first use, so adding one is its package plus its options model in :mod:`dpql.spec.models`, and
+its name here.
 """
 
 from __future__ import annotations
@@ -144,18 +147,13 @@ class Synthesizer(Protocol):
 
 
 BACKENDS: Mapping[str, str] = {
-    "rap": "dpql.synth.rap:BACKEND",
-    "gan": "dpql.synth.gan.backend:BACKEND",
-    "external": "dpql.synth.external:BACKEND",
-    "aim": "dpql.synth.aim:BACKEND",
-    "auto": "dpql.synth.auto:BACKEND",
+    name: f"dpql.synth.{name}" for name in ("rap", "gan", "external", "aim", "auto")
 }
 
 
 def backend(name: str) -> Synthesizer:
-    """The backend registered as ``name`` (imported on first use)."""
-    module, attr = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    """The backend registered as ``name`` (its package's ``BACKEND``, imported on first use)."""
+    return importlib.import_module(BACKENDS[name]).BACKEND
 
 
 def names() -> Iterator[str]:

@@ -1,15 +1,19 @@
 """A synthetic table made elsewhere (``synthesizer: {method: external}``): dpql only
 post-processes it. Its declared (epsilon, delta) is charged to the ledger as one ``external``
-event, converted to replace-one when declared under add/remove (docs/privacy.md)."""
+event, converted to replace-one when declared under add/remove (docs/privacy.md).
+
+* :mod:`~dpql.synth.external.plan`: the one budget line;
+* :mod:`~dpql.synth.external.program`: reading the table (checked against the schema) and
+  charging its event.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from dpql.privacy.accountant import replace_one_guarantee
-from dpql.privacy.budget import BudgetLine
-from dpql.privacy.ledger import PrivacyEvent
 from dpql.synth.base import PlanContext, RunContext, SynthPlan, SynthResult, Traits
+from dpql.synth.external import plan as planning
 
 
 class ExternalBackend:
@@ -21,22 +25,12 @@ class ExternalBackend:
         return replace_one_guarantee(b.epsilon, b.delta, b.neighbouring)
 
     def plan(self, ctx: PlanContext, options: Any = None) -> SynthPlan:
-        return SynthPlan("external", (BudgetLine("external", "external", 1, None),), None)
+        return planning.plan(ctx, options)
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
-        model = ctx.spec.model.synthesizer
-        # public input checked against the schema, not private data
-        table = ctx.private.public_table(ctx.spec.resolve(model.path))
-        ctx.ledger.append(
-            PrivacyEvent.external(
-                "external",
-                f"external table {model.path}",
-                epsilon=model.budget.epsilon,
-                delta=model.budget.delta,
-                neighbouring=model.budget.neighbouring,  # charged under replace-one
-            )
-        )
-        return SynthResult(table, {"method": "external"})
+        from dpql.synth.external.program import run
+
+        return run(plan, ctx)
 
 
 BACKEND = ExternalBackend()
