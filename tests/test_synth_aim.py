@@ -369,3 +369,16 @@ def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
     # the components are independent in the model
     np.testing.assert_allclose(model_marginal(model, ("a", "e")),
                                1000 * np.outer(pa, one["e"]).ravel(), rtol=1e-5)  # fmt: skip
+
+
+def test_a_split_of_phases_aim_does_not_have_is_refused(tmp_path):
+    """aim has no ``privacy.split`` phases: a split is a located E108, not a crash."""
+    from dpql.diagnostics import DiagnosticError
+
+    path = _spec(tmp_path, "  method: aim\n  rows: 600")
+    path.write_text(
+        path.read_text().replace("  delta: 1e-7\n", "  delta: 1e-7\n  split: {selection: 1.0}\n")
+    )
+    with pytest.raises(DiagnosticError) as err:
+        build_plan(load_spec(path))
+    assert [d.code for d in err.value.diagnostics] == ["E108"]

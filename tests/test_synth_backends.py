@@ -55,3 +55,22 @@ def test_planning_loads_no_program() -> None:
         or m.endswith((".program", ".relaxed", ".graphical", ".train", ".dpsgd", ".nets"))
     ]
     assert heavy == []
+
+
+def test_the_method_list_is_the_registry_and_the_spec_models() -> None:
+    """``dpql.spec.models.METHODS`` is the one list: each method has its options model (the
+    spec's discriminated union), its split phases, its entry in the policy's allowed methods
+    and in the record's schema, and a backend package."""
+    from typing import get_args
+
+    from dpql.provenance_schema import record_schema
+    from dpql.spec.models import METHODS, PHASES_OF_METHOD, Policy, SynthesizerSpec
+
+    union = get_args(get_args(SynthesizerSpec)[0])
+    assert sorted(get_args(m.model_fields["method"].annotation)[0] for m in union) == sorted(
+        METHODS
+    )
+    assert set(PHASES_OF_METHOD) == set(METHODS) == set(BACKENDS)
+    assert set(METHODS) < set(Policy.model_fields["allowed_methods"].default_factory())
+    synth = record_schema()["properties"]["synthesizer"]["properties"]["method"]
+    assert synth["enum"] == list(METHODS)

@@ -369,6 +369,7 @@ def record_schema() -> dict[str, Any]:
                 ),
                 "synthesizer": _object(
                     {
+                        # dpql.spec.models.METHODS (a test keeps them equal)
                         "method": {"enum": ["rap", "gan", "external", "aim", "auto"]},
                         "round_queries": {
                             "type": "array",

@@ -40,7 +40,7 @@ by Lemma 4, §3.3). Shares are positive and sum to 1.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -98,12 +98,19 @@ Delta = Annotated[float, Field(ge=MIN_DELTA, le=MAX_DELTA)]
 SplitShare = Annotated[float, Field(ge=MIN_SPLIT, le=1, allow_inf_nan=False)]
 DslStr = Annotated[str, Field(min_length=1, max_length=MAX_DSL_CHARS)]
 
+#: the synthesizer methods: one backend package ``dpql/synth/<method>/`` each
+#: (``dpql.synth.base.BACKENDS`` is built from this list), one options model each below
 Method = Literal["rap", "gan", "external", "aim", "auto"]
+METHODS: tuple[str, ...] = get_args(Method)
+PostprocessMethod = Literal["iproj"]
 Phase = Literal["selection", "measurement", "autoencoder", "generator"]
+#: the ``privacy.split`` phases each method reads (auto's: those of rap, which it may choose)
 PHASES_OF_METHOD: dict[str, frozenset[str]] = {
     "rap": frozenset({"selection", "measurement"}),
     "gan": frozenset({"autoencoder", "generator"}),
     "external": frozenset(),
+    "aim": frozenset(),
+    "auto": frozenset({"selection", "measurement"}),
 }
 MissingRule = Literal["error", "drop", "fill", "other", "keep"]
 
@@ -526,7 +533,7 @@ SynthesizerSpec = Annotated[
 
 
 class PostprocessSpec(_Model):
-    method: Literal["iproj"]
+    method: PostprocessMethod
     share: Share | None = Field(
         None,
         description="Fraction of the release budget for post-processing (its measurements and "
@@ -667,7 +674,7 @@ class Policy(_Model):
     )
     lifetime: Lifetime | None = None
     forbidden_columns: list[NonEmptyStr] = Field(default_factory=list)
-    allowed_methods: list[Literal["rap", "gan", "iproj", "external", "aim", "auto"]] = Field(
-        default_factory=lambda: ["rap", "gan", "iproj", "external", "aim", "auto"]
+    allowed_methods: list[Literal[Method, PostprocessMethod]] = Field(
+        default_factory=lambda: [*METHODS, *get_args(PostprocessMethod)]
     )
     require: PolicyRequire = PolicyRequire()

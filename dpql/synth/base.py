@@ -16,8 +16,8 @@ Every backend is a package ``dpql/synth/<name>/`` of the same shape: ``__init__.
 ``BACKEND`` (name, :class:`Traits`, ``declared_budget``, ``plan``, ``run``), ``plan.py`` its
 JAX-free planning and cost model, ``program.py`` the run (JAX and other heavy imports load
 there, when a release runs). Backends register by name in :data:`BACKENDS`, imported lazily on
-first use, so adding one is its package plus its options model in :mod:`dpql.spec.models`, and
-its name here.
+first use, so adding one is its package plus its options model and its name in
+:mod:`dpql.spec.models` (``METHODS``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dpql.progress import Progress
+from dpql.spec.models import METHODS
 
 if TYPE_CHECKING:
     from dpql.domain import EncodedTable
@@ -146,9 +147,8 @@ class Synthesizer(Protocol):
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult: ...
 
 
-BACKENDS: Mapping[str, str] = {
-    name: f"dpql.synth.{name}" for name in ("rap", "gan", "external", "aim", "auto")
-}
+#: method -> its package (``dpql.spec.models.METHODS``: the one list of methods)
+BACKENDS: Mapping[str, str] = {name: f"dpql.synth.{name}" for name in METHODS}
 
 
 def backend(name: str) -> Synthesizer:
