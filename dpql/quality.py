@@ -125,7 +125,7 @@ def report_headline(
         return None
     perm = np.random.default_rng(seed).permutation(real.n)
     half = real.n // 2
-    a, b = _take(real, perm[:half]), _take(real, perm[half:])
+    a, b = real.take(perm[:half]), real.take(perm[half:])
     shifts = tuple(
         ColumnShift(
             c,
@@ -135,8 +135,3 @@ def report_headline(
         for c in columns
     )
     return QualityHeadline("the real table", "two random halves of the real table", shifts)
-
-
-def _take(t: EncodedTable, rows: np.ndarray) -> EncodedTable:
-    codes = {c: v[rows] for c, v in t.codes.items()}
-    return EncodedTable(t.domain, codes, {c: v[rows] for c, v in t.scaled.items()})

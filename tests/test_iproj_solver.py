@@ -126,7 +126,7 @@ def test_unreachable_target_is_projected_and_reported(real, syn) -> None:
 
 
 def test_one_distinct_row_and_nan_rows(real, syn) -> None:
-    one = iproj.take(syn, np.zeros(50, dtype=int))
+    one = syn.take(np.zeros(50, dtype=int))
     res = iproj.iproject(one, _measurement(real, np.concatenate(answer_all(QUERIES, real))))
     assert "W501" in [d.code for d in res.diagnostics]
     np.testing.assert_array_equal(res.table.scaled["age"], one.scaled["age"])

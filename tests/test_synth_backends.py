@@ -63,7 +63,7 @@ def test_the_method_list_is_the_registry_and_the_spec_models() -> None:
     and in the record's schema, and a backend package."""
     from typing import get_args
 
-    from dpql.provenance_schema import record_schema
+    from dpql.release.provenance_schema import record_schema
     from dpql.spec.models import METHODS, PHASES_OF_METHOD, Policy, SynthesizerSpec
 
     union = get_args(get_args(SynthesizerSpec)[0])

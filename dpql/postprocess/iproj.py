@@ -275,15 +275,6 @@ def project_to_affine_hull(
 # 4. Resample; the whole post-processing step
 
 
-def take(table: EncodedTable, idx: np.ndarray) -> EncodedTable:
-    """Rows ``idx`` of a table (copies)."""
-    return EncodedTable(
-        table.domain,
-        {k: v[idx] for k, v in table.codes.items()},
-        {k: v[idx] for k, v in table.scaled.items()},
-    )
-
-
 def resample(
     table: EncodedTable,
     weights: np.ndarray,
@@ -312,7 +303,7 @@ def resample(
         counts = np.bincount(idx, minlength=table.n)
         expected = rows * np.asarray(weights, dtype=np.float64) / cdf[-1]
         idx = np.repeat(np.arange(table.n), balanced_counts(counts, expected, keep, rng))
-    return take(table, idx)
+    return table.take(idx)
 
 
 BALANCE_MOVES = 200  # most swaps of balanced_counts (a few dozen suffice on Adult)

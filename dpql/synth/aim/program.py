@@ -127,7 +127,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     import_mbi()
     from mbi import Domain, LinearMeasurement
 
-    from dpql.domain import NULL_SCALED, EncodedTable, NumericColumn
+    from dpql.domain import EncodedTable, NumericColumn
     from dpql.synth.aim.graphical import (
         IndependentModel,
         balance_rows,
@@ -215,11 +215,8 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     for c in s.columns:
         code = np.asarray(data[c], dtype=np.int32)[order]
         column = dom[c]
-        if isinstance(column, NumericColumn):
-            null = code == column.null_code  # missing: keep, the null bin
-            x = column.value_in_bin(np.minimum(code, column.bins - 1), rng.random(rows))
-            scaled[c] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
-            code = np.where(null, code, column.bin_of(x)).astype(np.int32)
+        if isinstance(column, NumericColumn):  # with missing: keep, the null bin among them
+            code, scaled[c] = column.decode_bins(code, rng.random(rows))
         codes[c] = code
     table = EncodedTable(dom, codes, scaled)
     info = {

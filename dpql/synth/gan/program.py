@@ -83,8 +83,4 @@ def resample_to_marginals(
             if total > 0 and np.isfinite(total):  # else the pool cannot meet it: skip it
                 w = new / total
     pick = np.random.default_rng(seed).choice(pool.n, size=rows, replace=True, p=w)
-    return EncodedTable(
-        pool.domain,
-        {k: v[pick] for k, v in pool.codes.items()},
-        {k: v[pick] for k, v in pool.scaled.items()},
-    )
+    return pool.take(pick)

@@ -98,12 +98,7 @@ class _TableRows:
         return self.table.n
 
     def take(self, rows: np.ndarray) -> EncodedTable:
-        t = self.table
-        return EncodedTable(
-            t.domain,
-            {k: v[rows] for k, v in t.codes.items()},
-            {k: v[rows] for k, v in t.scaled.items()},
-        )
+        return self.table.take(rows)
 
 
 @dataclass(frozen=True, eq=False)

@@ -49,7 +49,7 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_limits
 
-from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, NumericColumn
+from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.progress import Progress
@@ -532,18 +532,11 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
             codes[col] = draw
             continue
         assert isinstance(column, NumericColumn)
-        null = draw == column.null_code  # never true unless nullable (missing: keep)
-        x = column.value_in_bin(
-            np.minimum(draw, column.bins - 1), positions[owner, layout.numeric_index(col)]
+        # the null code is drawn only where the column is nullable (missing: keep)
+        codes[col], scaled[col] = column.decode_bins(
+            draw, positions[owner, layout.numeric_index(col)]
         )
-        scaled[col] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
-        codes[col] = np.where(null, draw, column.bin_of(x)).astype(np.int32)
-    order = rng.permutation(rows)
-    return EncodedTable(
-        layout.domain,
-        {k: v[order] for k, v in codes.items()},
-        {k: v[order] for k, v in scaled.items()},
-    )
+    return EncodedTable(layout.domain, codes, scaled).take(rng.permutation(rows))
 
 
 def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
