@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import EncodedTable
 from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Marginal, Query, TruePred, joint_l2_sensitivity
@@ -170,7 +171,7 @@ class WithOracle:
 
 
 def measured_null_share(
-    table: EncodedTable, column: str, measurements: Sequence[tuple[Query, Any, float]]
+    table: EncodedTable, column: str, measurements: Sequence[NoisyAnswer]
 ) -> tuple[float, float] | None:
     """The inverse-variance average of the noisy null shares of ``column`` that its measured
     marginals give, with its sd; None when no measured marginal holds the column. A marginal
@@ -178,11 +179,12 @@ def measured_null_share(
     ``k / card`` null cells, with sd ``s * sqrt(k / card)``. Post-processing of DP outputs."""
     col = table.domain[column]
     weight = total = 0.0
-    for q, answer, sd in measurements:
-        if not isinstance(q, Marginal) or column not in q.columns or sd <= 0:
+    for m in measurements:
+        q, sd = m.query, m.sd
+        if not isinstance(q, Marginal) or column not in q.columns or not sd > 0:
             continue
         shape = tuple(table.domain.card(c) for c in q.columns)
-        cube = np.asarray(answer, dtype=np.float64).reshape(shape)
+        cube = np.asarray(m.value, dtype=np.float64).reshape(shape)
         share = float(np.take(cube, col.null_code, axis=q.columns.index(column)).sum())
         var = sd**2 * cube.size / col.card
         weight, total = weight + 1.0 / var, total + share / var
@@ -191,7 +193,7 @@ def measured_null_share(
 
 def without_unsupported_nulls(
     table: EncodedTable,
-    measurements: Sequence[tuple[Query, Any, float]],
+    measurements: Sequence[NoisyAnswer],
     seed: int,
     z: float = Z,
 ) -> EncodedTable:
@@ -200,7 +202,7 @@ def without_unsupported_nulls(
     acceptance tests' ``z``): a column without empty cells keeps its public null state, and the
     noise would otherwise give it a few. Each such cell is replaced by the column's value in
     another synthetic row drawn at random among those with one. Post-processing of the
-    synthesizer's noisy answers (``measurements``: query, noisy answer, sd) and its table only;
+    synthesizer's noisy answers (``measurements``) and its table only;
     a column no measured marginal holds is left as it is."""
     codes, scaled = dict(table.codes), dict(table.scaled)
     rng = np.random.default_rng(seed)

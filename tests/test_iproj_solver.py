@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table
 
+from dpql import sampling
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
 from dpql.ir.exact import answer, answer_all, per_row
@@ -231,7 +232,7 @@ def test_resampling_keeps_each_rows_count_within_one_of_its_expectation(syn) -> 
     w[::7] = 0.0  # rows the I-projection gave no weight never appear
     w /= w.sum()
     for seed in range(3):
-        out = iproj.resample(syn, w, 5000, seed)
+        out = sampling.resample(syn, w, 5000, seed)
         assert out.n == 5000
         # identify rows by a column with distinct values (x is continuous)
         counts = np.zeros(syn.n)

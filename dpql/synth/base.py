@@ -33,6 +33,7 @@ from dpql.progress import Progress
 from dpql.spec.models import METHODS
 
 if TYPE_CHECKING:
+    from dpql.answers import NoisyAnswer
     from dpql.domain import EncodedTable
     from dpql.ir.oracle import MeasurementOracle
     from dpql.ir.queries import Query
@@ -110,9 +111,9 @@ class SynthResult:
 
     table: EncodedTable
     info: Mapping[str, Any]
-    #: the backend's own noisy workload answers, (query, noisy answer, noise sd) -- DP outputs
-    #: already paid for, handed to post-processing (which keeps and reports them) for free
-    measurements: tuple[tuple[Query, Any, float], ...] = ()
+    #: the backend's own noisy workload answers -- DP outputs already paid for, handed to
+    #: post-processing (which keeps and reports them) for free
+    measurements: tuple[NoisyAnswer, ...] = ()
 
 
 @dataclass(frozen=True)

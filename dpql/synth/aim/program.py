@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dpql.answers import NoisyAnswer
 from dpql.ir.queries import Marginal
 from dpql.synth.aim.plan import (
     NOISE_L1_LIMIT,
@@ -162,7 +163,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         LinearMeasurement(y * n, (c,), stddev=sigma0 * n)
         for c, y in zip(s.columns, fitted, strict=True)
     ]
-    measured = [(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
+    measured = [NoisyAnswer(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
     # the 1-way model is the product of the (clipped, normalised) noisy 1-way marginals:
     # no mirror descent (and no XLA compilation) for it
     model = IndependentModel(
@@ -186,7 +187,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         for cl, y in zip(cls, ys, strict=True):
             meas.append(LinearMeasurement(np.asarray(y, dtype=np.float64) * n, cl,
                                           stddev=sigma * n))  # fmt: skip
-            measured.append((Marginal(cl), y, sigma))
+            measured.append(NoisyAnswer(Marginal(cl), y, sigma))
             picked.append(cl)
         last = i == len(s.rounds) - 1
         iters = options.final_iters if last and options.final_iters else options.iters

@@ -14,6 +14,7 @@ import numpy as np
 
 from dpql.domain import EncodedTable
 from dpql.ir.queries import Marginal
+from dpql.sampling import resample
 from dpql.synth.base import RunContext, SynthPlan, SynthResult
 from dpql.synth.gan.plan import MARGINAL_PHASE, GanPlan
 
@@ -68,9 +69,11 @@ def resample_to_marginals(
     seed: int,
     iters: int = 50,
 ) -> EncodedTable:
-    """``rows`` rows drawn with replacement from ``pool``, weighted by raking (iterative
-    proportional fitting of row weights to the noisy 1-way ``marginals``). Post-processing of
-    the generator and the DP marginals; ``seed`` fixes the draw only."""
+    """``rows`` rows drawn from ``pool``, weighted by raking (iterative proportional fitting of
+    row weights to the noisy 1-way ``marginals``), by post-processing's controlled rounding
+    (:func:`dpql.sampling.resample`: every pool row the floor or the ceiling of its expected
+    count, no multinomial sampling noise on top of the weights). Post-processing of the
+    generator and the DP marginals; ``seed`` fixes the draw only."""
     w = np.full(pool.n, 1.0 / pool.n)
     targets = {c: _simplex(y) for c, y in marginals.items()}
     for _ in range(iters):
@@ -82,5 +85,4 @@ def resample_to_marginals(
             total = new.sum()
             if total > 0 and np.isfinite(total):  # else the pool cannot meet it: skip it
                 w = new / total
-    pick = np.random.default_rng(seed).choice(pool.n, size=rows, replace=True, p=w)
-    return pool.take(pick)
+    return resample(pool, w, rows, seed)

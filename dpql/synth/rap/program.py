@@ -49,6 +49,7 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_limits
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Halfspace, Marginal, Moment, Prefix, Query
@@ -569,4 +570,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         info["mean_abs_error_vs_noisy"] = float(err.mean())
         info["max_abs_error_vs_noisy"] = float(err.max())
     sigmas = res.sigma or (float("nan"),) * len(res.measured)
-    return SynthResult(res.table, info, tuple(zip(res.measured, res.noisy, sigmas, strict=True)))
+    measurements = tuple(
+        NoisyAnswer(q, y, s) for q, y, s in zip(res.measured, res.noisy, sigmas, strict=True)
+    )
+    return SynthResult(res.table, info, measurements)
