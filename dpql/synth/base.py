@@ -4,9 +4,9 @@ A backend is a small bundle (in the way optax bundles ``init``/``update``) with 
 
 * ``plan(ctx: PlanContext, options=None) -> SynthPlan``: JAX-free and data-free. From the
   spec (or the ``options`` given), the resolved workload and the rho its phase may spend, it
-  fixes everything the run will do: its budget
-  table lines (the ledger events it will append), its resource cost, and a backend-specific
-  frozen ``config`` handed back to ``run``. ``dpql plan`` and ``dpql check`` stop here.
+  fixes everything the run will do: its budget table lines (the ledger events it will
+  append), its resource cost, and a backend-specific frozen ``config`` handed back to ``run``.
+  ``dpql plan`` and ``dpql check`` stop here.
 * ``run(plan: SynthPlan, ctx: RunContext) -> SynthResult``: the program. It reaches private
   data only through ``ctx.private`` (the measurement oracle, or DP-SGD's row access), draws
   DP noise only from ``ctx.noise`` and appends every mechanism call to ``ctx.ledger``; its
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from dpql.privacy.ledger import Ledger
     from dpql.privacy.noise import NoiseSource
     from dpql.spec.load import LoadedSpec
-
 
 
 @dataclass(frozen=True)
