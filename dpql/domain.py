@@ -89,6 +89,16 @@ class NumericColumn:
             x = lo + pos * (hi - lo)
         return np.clip(x, self.lo, self.hi)
 
+    def decode_bins(self, bins: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows drawn as public bins ``bins`` (the null code among them where the column is
+        nullable) and positions ``pos`` in [0, 1) within them, as the column's (int32 codes,
+        scaled values): a value inside its bin (:meth:`value_in_bin`), coded by the bin it
+        falls in; a null keeps its code and gets ``NULL_SCALED``."""
+        null = bins == self.null_code
+        x = self.value_in_bin(np.minimum(bins, self.bins - 1), pos)
+        scaled = np.where(null, NULL_SCALED, (x - self.lo) / self.span)
+        return np.where(null, bins, self.bin_of(x)).astype(np.int32), scaled
+
 
 @dataclass(frozen=True)
 class CategoricalColumn:
@@ -212,6 +222,15 @@ class EncodedTable:
     def n(self) -> int:
         first = self.domain.columns[0].name
         return int(self.codes[first].shape[0])
+
+    def take(self, rows: np.ndarray) -> EncodedTable:
+        """The rows ``rows`` (indices, in that order, repeats allowed; or a boolean mask) as a
+        new table (copies)."""
+        return EncodedTable(
+            self.domain,
+            {k: v[rows] for k, v in self.codes.items()},
+            {k: v[rows] for k, v in self.scaled.items()},
+        )
 
     def slice(self, start: int, stop: int) -> EncodedTable:
         """Rows ``start:stop`` (views, no copy): lets evaluators bound their memory."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from dpql.answers import NoisyAnswer
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
 from dpql.io import CURATOR_MODE, atomic_path
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
@@ -288,13 +289,13 @@ def compile_release(
 
 
 def _rescaled(
-    measurements: tuple[tuple[Any, Any, float], ...], sd_scale: float
-) -> tuple[tuple[Any, Any, float], ...]:
+    measurements: tuple[NoisyAnswer, ...], sd_scale: float
+) -> tuple[NoisyAnswer, ...]:
     """The synthesizer's measurements with their noise sds in the units of the answers it got
     (renormalised answers carry ``sd_scale`` times the release's sd; ``dpql.population``)."""
     if sd_scale == 1.0:
         return measurements
-    return tuple((q, a, s * sd_scale) for q, a, s in measurements)
+    return tuple(NoisyAnswer(m.query, m.value, m.sd * sd_scale) for m in measurements)
 
 
 def _targets(spec: LoadedSpec) -> dict[str, Path]:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import EncodedTable
 from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Marginal, Query, TruePred, joint_l2_sensitivity
@@ -172,7 +173,7 @@ class WithOracle:
 
 def without_unsupported_nulls(
     table: EncodedTable,
-    measurements: Sequence[tuple[Query, Any, float]],
+    measurements: Sequence[NoisyAnswer],
     seed: int,
     z: float = Z,
 ) -> EncodedTable:
@@ -181,7 +182,7 @@ def without_unsupported_nulls(
     acceptance tests' ``z``): a column without empty cells keeps its public null state, and the
     noise would otherwise give it a few. Each such cell is replaced by the column's value in
     another synthetic row drawn at random among those with one. Post-processing of the
-    synthesizer's noisy answers (``measurements``: query, noisy answer, sd) and its table only;
+    synthesizer's noisy answers (``measurements``) and its table only;
     a column no measured marginal holds is left as it is."""
     codes, scaled = dict(table.codes), dict(table.scaled)
     rng = np.random.default_rng(seed)

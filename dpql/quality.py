@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import EncodedTable
 from dpql.ir.exact import answer
 from dpql.ir.queries import Marginal
@@ -87,13 +88,14 @@ def noise_tvd(sigma: float, cells: int) -> float:
 
 
 def compile_headline(
-    table: EncodedTable, measurements: Iterable[tuple[Any, Any, float]]
+    table: EncodedTable, measurements: Iterable[NoisyAnswer]
 ) -> QualityHeadline | None:
     """The released table's 1-way shares against the synthesizer's noisy 1-way answers (the
     least noisy one of each column); None when the synthesizer measured no 1-way marginal
     (gan without measured marginals, external tables)."""
     best: dict[str, tuple[np.ndarray, float]] = {}
-    for query, noisy, sigma in measurements:
+    for m in measurements:
+        query, noisy, sigma = m.query, m.value, m.sd
         if not (isinstance(query, Marginal) and len(query.columns) == 1):
             continue
         if not (isinstance(sigma, float | int) and math.isfinite(sigma)):
@@ -125,7 +127,7 @@ def report_headline(
         return None
     perm = np.random.default_rng(seed).permutation(real.n)
     half = real.n // 2
-    a, b = _take(real, perm[:half]), _take(real, perm[half:])
+    a, b = real.take(perm[:half]), real.take(perm[half:])
     shifts = tuple(
         ColumnShift(
             c,
@@ -135,8 +137,3 @@ def report_headline(
         for c in columns
     )
     return QualityHeadline("the real table", "two random halves of the real table", shifts)
-
-
-def _take(t: EncodedTable, rows: np.ndarray) -> EncodedTable:
-    codes = {c: v[rows] for c, v in t.codes.items()}
-    return EncodedTable(t.domain, codes, {c: v[rows] for c, v in t.scaled.items()})

@@ -363,7 +363,7 @@ def test_one_distinct_row_and_nan_rows_through_the_acceptance_path(real, syn) ->
         requirements=reqs,
         phase_rho={"iproj.measure": 1.0, "accept.test": 0.5},
     )
-    one = iproj.take(syn, np.zeros(50, dtype=int))
+    one = syn.take(np.zeros(50, dtype=int))
     out = run.run_postprocess(plan, ExactOracle(real, seed=15), one, seed=0)
     assert "W501" in [d["code"] for d in out.summary_json()["diagnostics"]]
     model, corr = out.acceptance

@@ -15,8 +15,9 @@ from dpql.privacy.ledger import PrivacyEvent
 from dpql.release.events import event_phase
 from dpql.spec.load import load_spec
 from dpql.synth.base import PlanContext
-from dpql.synth.gan import GanOptions, encoding
-from dpql.synth.gan.backend import BACKEND, marginal_queries, resample_to_marginals
+from dpql.synth.gan import BACKEND, GanOptions, encoding
+from dpql.synth.gan.plan import marginal_queries
+from dpql.synth.gan.program import resample_to_marginals
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult-gan" / "adult-gan.release.yaml"
 
@@ -208,3 +209,22 @@ def test_resampling_matches_the_noisy_marginals():
         p = np.clip(target[c.name], 0, None)
         got = np.bincount(out.codes[c.name], minlength=c.card) / out.n
         assert 0.5 * np.abs(got - p / p.sum()).sum() < 0.05, c.name
+
+
+def test_resampling_rounds_each_pool_row_to_the_floor_or_ceiling_of_its_weight():
+    """The draw is post-processing's controlled rounding, not a multinomial one: raked to one
+    column's marginal, a pool row of value v has weight p_v / (pool rows of v), and every pool
+    row appears the floor or the ceiling of ``rows`` times its weight."""
+    domain = adult_domain()
+    pool = random_table(domain, 300, 7)
+    p = np.random.default_rng(8).uniform(0.5, 1.0, domain["sex"].card)
+    rows = 5000
+    out = resample_to_marginals(pool, {"sex": p}, rows, seed=1)
+    key = {tuple(r): i for i, r in enumerate(np.column_stack(list(pool.codes.values())))}
+    assert len(key) == pool.n  # each pool row is told apart by its codes
+    drawn = [key[tuple(r)] for r in np.column_stack(list(out.codes.values()))]
+    counts = np.bincount(drawn, minlength=pool.n)
+    sex = pool.codes["sex"]
+    expected = rows * (p / p.sum())[sex] / np.bincount(sex, minlength=p.size)[sex]
+    assert out.n == rows
+    assert ((counts == np.floor(expected)) | (counts == np.ceil(expected))).all()

@@ -20,8 +20,17 @@ from dpql.privacy.ledger import Ledger, PrivacyEvent
 from dpql.privacy.noise import NoiseSource
 from dpql.spec.load import load_spec
 from dpql.synth.base import PlanContext
-from dpql.synth.gan import GanOptions, encoding, fidelity, nets, plan_gan, sample, train_gan
-from dpql.synth.gan.backend import BACKEND, SQRT_2_OVER_PI, marginal_queries
+from dpql.synth.gan import (
+    BACKEND,
+    GanOptions,
+    encoding,
+    fidelity,
+    nets,
+    plan_gan,
+    sample,
+    train_gan,
+)
+from dpql.synth.gan.plan import SQRT_2_OVER_PI, marginal_queries
 from dpql.synth.gan.train import _Fit, finetune
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "adult-gan" / "adult-gan.release.yaml"

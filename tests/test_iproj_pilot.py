@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table, planned, spy_recentre
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import EncodedTable
 from dpql.ir.exact import answer_all
 from dpql.ir.queries import (
@@ -53,12 +54,12 @@ def _sharp(table: EncodedTable, factor: float, seed: int) -> EncodedTable:
 SYN = _sharp(make_table(N, seed=2), 1.5, seed=3)
 
 
-def _workload(table: EncodedTable, seed: int = 5) -> list[tuple]:
+def _workload(table: EncodedTable, seed: int = 5) -> list[NoisyAnswer]:
     """What a synthesizer measured and fitted: the table's own answers plus a little noise."""
     rng = np.random.default_rng(seed)
     qs = [Marginal(("sex", "income")), Marginal(("job", "income")), Marginal(("age", "sex")),
           Count(CatIn("job", frozenset({2})))]  # fmt: skip
-    return [(q, a + rng.normal(0, 0.004, a.shape), 0.004)
+    return [NoisyAnswer(q, a + rng.normal(0, 0.004, a.shape), 0.004)
             for q, a in zip(qs, answer_all(qs, table), strict=True)]  # fmt: skip
 
 

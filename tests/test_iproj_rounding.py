@@ -1,5 +1,5 @@
 """Issue 15 item 5: the resampling keeps the statistics the verdicts read
-(``dpql.postprocess.iproj.balanced_counts``, ``resample(keep=...)``,
+(``dpql.sampling.balanced_counts``, ``resample(keep=...)``,
 ``dpql.postprocess.run.requirement_boxes``): a controlled rounding of the reweighted counts, every
 row still ``floor`` or ``ceil`` of its expected count."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_iproj_support import make_table
 
-from dpql.postprocess import iproj
+from dpql import sampling
 
 # compile's statistics are in noise sds, a small fraction of a statistic's spread over rows
 SPREAD = 30.0
@@ -37,12 +37,12 @@ def test_balanced_counts_is_a_controlled_rounding(seed: int) -> None:
     rows = weights.size
     expected = rows * weights
     start = _systematic(weights, rows, seed)
-    out = iproj.balanced_counts(start, expected, keep, np.random.default_rng(seed))
+    out = sampling.balanced_counts(start, expected, keep, np.random.default_rng(seed))
     assert out.sum() == rows
     assert np.all((out == np.floor(expected)) | (out == np.ceil(expected)))
     err0 = np.linalg.norm(start @ keep - expected @ keep)
     err = np.linalg.norm(out @ keep - expected @ keep)
-    assert err <= iproj.BALANCE_TOL * rows < 0.05 * err0
+    assert err <= sampling.BALANCE_TOL * rows < 0.05 * err0
 
 
 @pytest.mark.slow
@@ -57,11 +57,11 @@ def test_balanced_counts_with_many_statistics() -> None:
     keep = SPREAD * rng.normal(size=(rows, 40))
     expected = rows * weights
     start = _systematic(weights, rows, 7)
-    out = iproj.balanced_counts(start, expected, keep, np.random.default_rng(7))
+    out = sampling.balanced_counts(start, expected, keep, np.random.default_rng(7))
     assert out.sum() == rows
     assert np.all((out == np.floor(expected)) | (out == np.ceil(expected)))
     err0 = np.linalg.norm(start @ keep - expected @ keep)
-    assert np.linalg.norm(out @ keep - expected @ keep) <= iproj.BALANCE_TOL * rows < 0.05 * err0
+    assert np.linalg.norm(out @ keep - expected @ keep) <= sampling.BALANCE_TOL * rows < 0.05 * err0
 
 
 def test_balanced_counts_leaves_nothing_to_repair_alone() -> None:
@@ -69,7 +69,7 @@ def test_balanced_counts_leaves_nothing_to_repair_alone() -> None:
     expected = np.array([2.0, 0.0, 1.0, 3.0])
     counts = expected.astype(int)
     keep = np.arange(8.0).reshape(4, 2)
-    out = iproj.balanced_counts(counts, expected, keep, np.random.default_rng(0))
+    out = sampling.balanced_counts(counts, expected, keep, np.random.default_rng(0))
     assert np.array_equal(out, counts)
 
 
@@ -87,8 +87,8 @@ def test_resample_keeps_the_weighted_means() -> None:
     spread = raw[50:].std(axis=0) / SPREAD
     keep = raw / spread
     keep[:50] = np.nan
-    plain = iproj.resample(table, w, table.n, seed=3)
-    kept = iproj.resample(table, w, table.n, seed=3, keep=keep)
+    plain = sampling.resample(table, w, table.n, seed=3)
+    kept = sampling.resample(table, w, table.n, seed=3, keep=keep)
     target = w[50:] @ keep[50:]
 
     def miss(t) -> float:
@@ -96,4 +96,4 @@ def test_resample_keeps_the_weighted_means() -> None:
         return float(np.max(np.abs(x.mean(axis=0) - target)))
 
     assert kept.n == table.n
-    assert miss(kept) <= iproj.BALANCE_TOL < 5 * iproj.BALANCE_TOL < miss(plain)
+    assert miss(kept) <= sampling.BALANCE_TOL < 5 * sampling.BALANCE_TOL < miss(plain)

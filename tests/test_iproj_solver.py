@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table
 
+from dpql import sampling
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import EncodedTable
 from dpql.ir.exact import answer, answer_all, per_row
@@ -126,7 +127,7 @@ def test_unreachable_target_is_projected_and_reported(real, syn) -> None:
 
 
 def test_one_distinct_row_and_nan_rows(real, syn) -> None:
-    one = iproj.take(syn, np.zeros(50, dtype=int))
+    one = syn.take(np.zeros(50, dtype=int))
     res = iproj.iproject(one, _measurement(real, np.concatenate(answer_all(QUERIES, real))))
     assert "W501" in [d.code for d in res.diagnostics]
     np.testing.assert_array_equal(res.table.scaled["age"], one.scaled["age"])
@@ -231,7 +232,7 @@ def test_resampling_keeps_each_rows_count_within_one_of_its_expectation(syn) -> 
     w[::7] = 0.0  # rows the I-projection gave no weight never appear
     w /= w.sum()
     for seed in range(3):
-        out = iproj.resample(syn, w, 5000, seed)
+        out = sampling.resample(syn, w, 5000, seed)
         assert out.n == 5000
         # identify rows by a column with distinct values (x is continuous)
         counts = np.zeros(syn.n)

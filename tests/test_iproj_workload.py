@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle
 
+from dpql.answers import NoisyAnswer
 from dpql.ir.exact import answer_all, per_row
 from dpql.ir.queries import (
     CatIn,
@@ -24,7 +25,7 @@ from dpql.postprocess import iproj
 WORKLOAD_SD = 0.004
 
 
-def _workload(syn, seed: int = 5) -> list[tuple]:
+def _workload(syn, seed: int = 5) -> list[NoisyAnswer]:
     """What a synthesizer measured and fitted: syn's own answers plus noise of sd WORKLOAD_SD
     (so syn fits them within noise, as a synthesizer's output does)."""
     rng = np.random.default_rng(seed)
@@ -37,24 +38,24 @@ def _workload(syn, seed: int = 5) -> list[tuple]:
         Count(CatIn("job", frozenset({2}))),
     ]
     return [
-        (q, a + rng.normal(0, WORKLOAD_SD, a.shape), WORKLOAD_SD)
+        NoisyAnswer(q, a + rng.normal(0, WORKLOAD_SD, a.shape), WORKLOAD_SD)
         for q, a in zip(qs, answer_all(qs, syn), strict=True)
     ]
 
 
-def _weighted_error(workload: list[tuple], weights: np.ndarray, syn) -> float:
+def _weighted_error(workload: list[NoisyAnswer], weights: np.ndarray, syn) -> float:
     """Mean |E_w g - b| over the workload's cells (the reweighted table, before resampling)."""
-    errs = [np.abs(weights @ per_row(q, syn) - b) for q, b, _ in workload]
+    errs = [np.abs(weights @ per_row(m.query, syn) - m.value) for m in workload]
     return float(np.concatenate(errs).mean())
 
 
 def test_sparse_features_match_the_dense_ones(syn) -> None:
     workload = _workload(syn)
     sparse = iproj.sparse_workload(workload, syn, prior_rows=100.0)
-    assert sparse is not None and sparse.size == sum(q.cells(DOMAIN) for q, _, _ in workload)
+    assert sparse is not None and sparse.size == sum(m.query.cells(DOMAIN) for m in workload)
     w = np.random.default_rng(0).dirichlet(np.ones(syn.n))
-    for (q, _, _), got in zip(workload, sparse.means(w), strict=True):
-        np.testing.assert_allclose(got, w @ per_row(q, syn), atol=1e-12)
+    for m, got in zip(workload, sparse.means(w), strict=True):
+        np.testing.assert_allclose(got, w @ per_row(m.query, syn), atol=1e-12)
     assert all(np.allclose(r, 100.0 * WORKLOAD_SD**2) for r in sparse.ridge)
 
 

@@ -143,3 +143,27 @@ def test_drop_estimates_every_requirement_over_the_kept_rows(tmp_path: Path) -> 
     assert plan.measures is not None
     kept = plan.measures.queries.index(Count(TruePred()))
     assert all(kept in cells for cells in plan.measures.index)
+
+
+def test_decode_bins_keeps_the_null_and_codes_a_value_by_its_bin() -> None:
+    """The one numeric-bin decoding (rap's and aim's sampled rows): a value inside the drawn
+    bin, coded by that bin; a null keeps the null code and NULL_SCALED."""
+    col = _nullable_domain()["a"]
+    bins = np.array([0, 4, col.null_code, 2])
+    codes, scaled = col.decode_bins(bins, np.array([0.0, 0.99, 0.5, 0.5]))
+    assert codes.dtype == np.int32
+    assert codes.tolist() == [0, 4, col.null_code, 2]
+    assert scaled[2] == 0.0  # NULL_SCALED
+    x = col.lo + scaled * col.span
+    pairs = zip([0, 4, 2], x[[0, 1, 3]], strict=True)
+    assert all(col.edges[b] <= v <= col.edges[b + 1] for b, v in pairs)
+
+
+def test_take_picks_rows_by_index_or_mask() -> None:
+    d = _nullable_domain()
+    t = encode_frame(pd.DataFrame({"a": ["1", "", "7"], "b": ["x", "y", " "]}), d, {
+        "a": "keep", "b": "keep"}).table  # fmt: skip
+    again = t.take(np.array([2, 0, 0]))
+    assert again.codes["b"].tolist() == [t.codes["b"][2], t.codes["b"][0], t.codes["b"][0]]
+    assert again.scaled["a"].tolist() == [t.scaled["a"][2], t.scaled["a"][0], t.scaled["a"][0]]
+    assert t.take(np.array([True, False, True])).n == 2

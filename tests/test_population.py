@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from test_iproj_support import make_table
 
+from dpql.answers import NoisyAnswer
 from dpql.data.codec import CuratorLog
 from dpql.data.engines import InMemoryEngine
 from dpql.data.measure import PrivateMeasurer
@@ -72,8 +73,8 @@ def test_a_null_state_the_measurement_cannot_see_gets_no_empty_cells() -> None:
     codes = {c: rng.choice(3, 1000, p=[0.5, 0.45, 0.05]).astype(np.int32) for c in "ab"}
     table = EncodedTable(d, codes, {})
     measured = [
-        (Marginal(("a",)), np.array([0.52, 0.47, 0.003]), 0.002),  # 1.5 sd: not supported
-        (Marginal(("b",)), np.array([0.50, 0.45, 0.05]), 0.002),  # 25 sd: a real null share
+        NoisyAnswer(Marginal(("a",)), np.array([0.52, 0.47, 0.003]), 0.002),  # 1.5 sd: unseen
+        NoisyAnswer(Marginal(("b",)), np.array([0.50, 0.45, 0.05]), 0.002),  # 25 sd: real
     ]
     out = without_unsupported_nulls(table, measured, seed=0)
     assert not (out.codes["a"] == 2).any() and (out.codes["b"] == codes["b"]).all()
@@ -93,7 +94,7 @@ def test_the_null_share_is_read_from_every_marginal_that_holds_the_column() -> N
     rng = np.random.default_rng(1)
     codes = {c: rng.choice(3, 1000, p=[0.5, 0.45, 0.05]).astype(np.int32) for c in "ab"}
     table = EncodedTable(d, codes, {})
-    measured = [(Marginal(("a", "b")), cube.ravel(), 0.002)]
+    measured = [NoisyAnswer(Marginal(("a", "b")), cube.ravel(), 0.002)]
     share_a, sd_a = measured_null_share(d, "a", measured)
     share_b, sd_b = measured_null_share(d, "b", measured)
     assert share_a == pytest.approx(0.027) and share_b == pytest.approx(0.005)
@@ -101,4 +102,5 @@ def test_the_null_share_is_read_from_every_marginal_that_holds_the_column() -> N
     out = without_unsupported_nulls(table, measured, seed=0)
     assert (out.codes["a"] == codes["a"]).all()  # 7.8 sd: a real null share stays
     assert not (out.codes["b"] == 2).any()  # 1.4 sd: indistinguishable from none
-    assert measured_null_share(d, "a", [(Marginal(("b",)), cube.sum(0), 0.002)]) is None
+    only_b = [NoisyAnswer(Marginal(("b",)), cube.sum(0), 0.002)]
+    assert measured_null_share(d, "a", only_b) is None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from test_iproj_support import DOMAIN, ExactOracle, make_table, planned
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import EncodedTable
 from dpql.ir.exact import answer_all, per_row
 from dpql.ir.queries import (
@@ -145,13 +146,13 @@ def test_recentring_keeps_the_plans_releases_and_sensitivities(split: bool) -> N
         assert got == pytest.approx(want, rel=1e-12)
 
 
-def _workload(table: EncodedTable, sd: float, seed: int = 5) -> list[tuple]:
+def _workload(table: EncodedTable, sd: float, seed: int = 5) -> list[NoisyAnswer]:
     """What a synthesizer measured and fitted: the table's own 1-way and 2-way answers (so the
     single moments of age and hours are held) plus noise of sd ``sd``."""
     rng = np.random.default_rng(seed)
     qs = [Marginal(("age",)), Marginal(("hours",)), Marginal(("age", "sex")),
           Marginal(("hours", "sex"))]  # fmt: skip
-    return [(q, a + rng.normal(0, sd, a.shape), sd)
+    return [NoisyAnswer(q, a + rng.normal(0, sd, a.shape), sd)
             for q, a in zip(qs, answer_all(qs, table), strict=True)]  # fmt: skip
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from dpql.plan.planner import build_plan
 from dpql.spec.load import load_spec
-from dpql.synth.aim import (
+from dpql.synth.aim.plan import (
     ABUNDANT_PAIR_L1,
     INIT_SHARE_MAX,
     INIT_SHARE_MIN,
@@ -142,7 +142,7 @@ def test_aim_and_auto_plans_import_neither_mbi_nor_jax(tmp_path):
 
 
 def test_default_schedule_rule():
-    """The public rule (dpql.synth.aim.default_schedule) on the suite's shapes."""
+    """The public rule (dpql.synth.aim.plan.default_schedule) on the suite's shapes."""
     # a large table with a generous budget: 1-way noise is cheap, 15 marginals in 4 rounds
     big = default_schedule([15] * 15, [225] * 105, 32_561, 0.0149, 0.1)
     assert big.init_share == INIT_SHARE_MIN and big.one_way_l1 <= ONE_WAY_L1_TARGET
@@ -197,7 +197,7 @@ def test_aim_options_are_checked(tmp_path, bad):
 
 
 def test_picks_in_one_round_share_no_column_pair():
-    from dpql.synth.aim import overlaps, select_parts
+    from dpql.synth.aim.plan import overlaps, select_parts
 
     assert overlaps(("a", "b", "c"), ("b", "c", "d")) and overlaps(("a", "b"), ("a", "b", "c"))
     assert not overlaps(("a", "b", "c"), ("c", "d", "e")) and not overlaps(("a", "b"), ("b", "c"))
@@ -216,7 +216,7 @@ def test_pool_rare_shrinks_noise_not_signal():
     """Empirical-Bayes pooling of rare 1-way cells: where the rare cells' spread is the noise's,
     it pools them (and cuts their squared error); where their true counts differ by more than
     the noise, it pools less; common cells, or fewer than three rare ones, are left alone."""
-    from dpql.synth.aim import pool_rare
+    from dpql.synth.aim.program import pool_rare
 
     rng = np.random.default_rng(0)
     sigma = 0.01
@@ -247,7 +247,7 @@ def test_model_size_cap_from_the_machine(tmp_path, monkeypatch):
     memory limit; the plan (and so the record's options) carries the cap in use; a spec's own
     value wins."""
     from dpql.plan.resources import MEMORY_LIMIT_ENV
-    from dpql.synth import aim
+    from dpql.synth.aim import plan as aim
 
     gib = 2**30
     assert aim.machine_model_cap(cpus=1, memory_bytes=8 * gib) == 20.0
@@ -270,7 +270,7 @@ def test_balancer_targets_are_the_workload_marginals():
     """The row balancer's targets are the candidates inside no other: the workload's own
     marginals, not their sub-marginals."""
     from dpql.ir.queries import Marginal
-    from dpql.synth.aim import candidates, maximal
+    from dpql.synth.aim.plan import candidates, maximal
 
     cols = ("a", "b", "c", "d", "e")
     cands = candidates([Marginal(("a", "b", "c")), Marginal(("c", "d")), Marginal(("b", "c"))],
@@ -295,7 +295,7 @@ class _FirstOrRandomOracle:
 
 def _plan(columns, queries, rho, n, cards, **options):
     from dpql.spec.models import AimOptions
-    from dpql.synth.aim import plan_aim
+    from dpql.synth.aim.plan import plan_aim
 
     return plan_aim(columns, queries, rho, n, AimOptions.from_mapping(options), cards)
 
@@ -303,8 +303,8 @@ def _plan(columns, queries, rho, n, cards, **options):
 @pytest.mark.parametrize("seed", range(5))
 def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
     from dpql.ir.queries import Marginal
-    from dpql.synth.aim import _pick_forest
-    from dpql.synth.graphical import IndependentModel
+    from dpql.synth.aim.graphical import IndependentModel
+    from dpql.synth.aim.program import _pick_forest
 
     cols = tuple("abcdefghij")
     cards = [3, 4, 2, 5, 3, 6, 2, 4, 3, 2]
@@ -318,7 +318,7 @@ def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
     assert len(forest) == len(set(forest)) == len(cols) - 1
     assert {c for pair in forest for c in pair} == set(cols)  # every column measured in a pair
     # a spanning tree: every pick joined two components (no cycle), so it is connected
-    from dpql.synth.aim import spanning_picks
+    from dpql.synth.aim.plan import spanning_picks
 
     assert spanning_picks(cols, forest) == len(cols) - 1
     assert all(len(pool) >= 1 for pool in oracle.pools) and len(oracle.pools) == s.tree
@@ -326,7 +326,7 @@ def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
 
 def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
     from dpql.ir.queries import Marginal
-    from dpql.synth.aim import budget_lines, spanning_picks
+    from dpql.synth.aim.plan import budget_lines, spanning_picks
 
     cols = ("a", "b", "c", "d", "e")
     # the workload's pairs join {a, b, c} and {d, e}: a forest of 3 edges, 2 components
@@ -347,7 +347,7 @@ def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
 def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
     from mbi import Domain
 
-    from dpql.synth.graphical import model_marginal, tree_model
+    from dpql.synth.aim.graphical import model_marginal, tree_model
 
     rng = np.random.default_rng(3)
     cards = {"a": 3, "b": 4, "c": 2, "d": 5, "e": 3}
@@ -369,3 +369,16 @@ def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
     # the components are independent in the model
     np.testing.assert_allclose(model_marginal(model, ("a", "e")),
                                1000 * np.outer(pa, one["e"]).ravel(), rtol=1e-5)  # fmt: skip
+
+
+def test_a_split_of_phases_aim_does_not_have_is_refused(tmp_path):
+    """aim has no ``privacy.split`` phases: a split is a located E108, not a crash."""
+    from dpql.diagnostics import DiagnosticError
+
+    path = _spec(tmp_path, "  method: aim\n  rows: 600")
+    path.write_text(
+        path.read_text().replace("  delta: 1e-7\n", "  delta: 1e-7\n  split: {selection: 1.0}\n")
+    )
+    with pytest.raises(DiagnosticError) as err:
+        build_plan(load_spec(path))
+    assert [d.code for d in err.value.diagnostics] == ["E108"]

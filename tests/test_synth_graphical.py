@@ -1,4 +1,4 @@
-"""``dpql.synth.graphical``: the host-side parts of the aim backend's graphical models agree with
+"""``dpql.synth.aim.graphical``: the host-side parts of the aim backend's graphical models agree with
 the mbi code they replace (estimates, warm-start expansion, sampling)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ with warnings.catch_warnings():
 from mbi import Domain, LinearMeasurement
 from mbi.estimation import MirrorDescent
 
-from dpql.synth.graphical import (
+from dpql.synth.aim.graphical import (
     IndependentModel,
     balance_rows,
     expand_potentials,

@@ -25,6 +25,7 @@ from dpql.ir.queries import (
     Prefix,
     TruePred,
 )
+from dpql.synth.rap.plan import RapOptions, plan_rap
 from dpql.synth.rap.program import (
     _answers_of_rows,
     _build_data,
@@ -36,8 +37,7 @@ from dpql.synth.rap.program import (
     round_rows,
     run_rap,
 )
-from dpql.synth.rap.schedule import RapOptions, plan_rap
-from dpql.synth.relaxed import Layout, RowModel
+from dpql.synth.rap.relaxed import Layout, RowModel
 
 
 def small_domain() -> Domain:

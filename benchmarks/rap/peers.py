@@ -17,8 +17,8 @@ comparison with dpql is like for like:
   appends to a dpql ``Ledger``; the driver checks that the ledger's total rho is <= the budget.
 * **Scoring** (MST's 2-way scores, AIM's candidate errors) needs the model's marginals on
   cliques outside the model. They are computed by one numpy einsum over the model's
-  potentials (:func:`dpql.synth.graphical.model_marginal`, shared with dpql's aim backend; checked
-  equal to mbi's ``variable_elimination``), because mbi's jitted ``variable_elimination``
+  potentials (:func:`dpql.synth.aim.graphical.model_marginal`, shared with dpql's aim backend;
+  checked equal to mbi's ``variable_elimination``), because mbi's jitted ``variable_elimination``
   compiles once per (model, clique) pair: 126 s for MST's 105 pairs on the benchmark machine,
   minutes per AIM round.
 
@@ -43,7 +43,7 @@ from mbi.estimation import MirrorDescent
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
-from dpql.synth.graphical import model_marginal as _model_marginal
+from dpql.synth.aim.graphical import model_marginal as _model_marginal
 
 SQRT2 = math.sqrt(2.0)  # L2 sensitivity of one count vector under replace-one
 Log = Callable[[str], None]

@@ -1,5 +1,5 @@
 """RAP++ option sweep on UCI Adult (all 3-way marginals, epsilon = 1): the evidence behind the
-defaults in ``dpql.synth.rap.schedule.RapOptions`` and the planner's selection share.
+defaults in ``dpql.synth.rap.plan.RapOptions`` and the planner's selection share.
 
 Each configuration runs ``dpql.synth.rap.run_rap`` in its own process per noise seed, behind the
 real measurement layer (``compile.open_measurer``) with a *seeded* noise source

@@ -7,7 +7,7 @@ independent columns"): the mean 3-way TVD against the real table of
 
 each also with 100 times as many rows (``--expected``), which approximates the distribution
 itself: what a generator's *expected* marginals score, without its own sampling noise (the
-headroom ``dpql.synth.graphical.balance_rows`` works in).
+headroom ``dpql.synth.aim.graphical.balance_rows`` works in).
 
     python benchmarks/suite/floors.py [--table bn1k] [--draws 3] [--expected]
 """

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpql.domain import CategoricalColumn, EncodedTable, NumericColumn
-from dpql.synth.relaxed import Layout
+from dpql.synth.rap.relaxed import Layout
 
 
 def round_rows_shared_shift(layout: Layout, params, rows: int, seed: int) -> EncodedTable:

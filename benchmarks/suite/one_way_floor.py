@@ -6,7 +6,7 @@ than independent columns at epsilon >= 1"): the mean 3-way TVD against the real 
 * ``expected, exact 1-ways``: the product of the exact 1-way marginals itself (no sampling);
 * ``expected, DP 1-ways``: the product of every column's 1-way marginal measured with the
   *whole* budget in one Gaussian release (replace-one, L2 sensitivity ``sqrt(2 d) / n`` for
-  ``d`` columns), rare cells pooled (``dpql.synth.aim.pool_rare``), clipped and normalised;
+  ``d`` columns), rare cells pooled (``dpql.synth.aim.program.pool_rare``), clipped and normalised;
   the mean over ``--draws`` noise draws (benchmark-seeded noise, nothing is released).
 
 The last is what a DP release gains nothing from structure would score at best. Where it is
@@ -49,7 +49,7 @@ def expected_tvd(ev: run.Evaluator, probs: dict[str, np.ndarray]) -> float:
 
 def main() -> None:
     from dpql.privacy.accountant import rho_from_eps_delta
-    from dpql.synth.aim import pool_rare
+    from dpql.synth.aim.program import pool_rare
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", type=Path, required=True)

@@ -69,7 +69,7 @@ METHOD_NOTES = {
     "default options)",
     "dpql-shared-shift": "the same, with the RAP++ rounding as it was before issue 19's fix "
     "(one random shift per relaxed row shared by all columns; `legacy_rounding.py`)",
-    "dpql-aim": "dpql's `method: aim` backend (`dpql/synth/aim.py`, mbi's estimator through "
+    "dpql-aim": "dpql's `method: aim` backend (`dpql/synth/aim/`, mbi's estimator through "
     "dpql's oracle, fixed schedule), default options",
     "dpql-auto": "dpql's `method: auto` (`dpql/synth/auto.py`: the planner picks the backend)",
     "mst": "MST on mbi 2.x (`benchmarks/rap/peers.py`), replace-one, dpql's noise and ledger",

@@ -208,7 +208,7 @@ ENTRIES.error(
     "missing-value rule invalid (fill/other value not declared or not in the domain)",
     PLANS,
     CHECKS,
-    "dpql.synth.gan.backend",
+    "dpql.synth.gan.plan",
     details="missing-value rule invalid: `missing: error` (refused: a release would depend on "
     "one record; use keep, drop, fill or other, and `dpql validate` for the strict look), "
     "`missing: other` without an `other` category, "
@@ -343,7 +343,7 @@ ENTRIES.error(
     "E152",
     "the `gan` synthesizer's options cannot be planned",
     PLANS,
-    "dpql.synth.gan.backend",
+    "dpql.synth.gan.plan",
     details="the `gan` synthesizer's options cannot be planned (noise multipliers the accountant "
     "refuses, such as 1e-300)",
     points="`synthesizer.options`",

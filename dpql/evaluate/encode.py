@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
 import pandas as pd
 
 from dpql.data.codec import MissingPolicy, encode_frame
@@ -25,12 +24,3 @@ def encode_table(
 ) -> EncodedTable:
     """``df`` in the public encoding of ``domain``; raises the codec's ``DiagnosticError``."""
     return encode_frame(df, domain, missing, other, source=source).table
-
-
-def take_rows(t: EncodedTable, rows: np.ndarray) -> EncodedTable:
-    """The rows ``rows`` (indices) of ``t`` as a new table."""
-    return EncodedTable(
-        t.domain,
-        {k: v[rows] for k, v in t.codes.items()},
-        {k: v[rows] for k, v in t.scaled.items()},
-    )

@@ -76,11 +76,7 @@ def sample_rows(table: EncodedTable, max_rows: int | None, seed: int) -> Encoded
     if max_rows is None or table.n <= max_rows:
         return table
     rows = np.sort(np.random.default_rng(seed).choice(table.n, size=max_rows, replace=False))
-    return EncodedTable(
-        table.domain,
-        {k: v[rows] for k, v in table.codes.items()},
-        {k: v[rows] for k, v in table.scaled.items()},
-    )
+    return table.take(rows)
 
 
 def _target(table: EncodedTable, column: str) -> np.ndarray:

@@ -20,7 +20,7 @@ from dpql.data.codec import MissingPolicy
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos, did_you_mean
 from dpql.domain import CategoricalColumn, Domain, EncodedTable
 from dpql.evaluate._deps import gan_metrics, require
-from dpql.evaluate.encode import encode_table, take_rows
+from dpql.evaluate.encode import encode_table
 from dpql.evaluate.metrics import (
     DimensionWiseProbability,
     Diversity,
@@ -244,7 +244,7 @@ def build_report(
     else:
         perm = np.random.default_rng(seed).permutation(real.n)
         cut = max(1, round(real.n * test_fraction))
-        train, test = take_rows(real, perm[cut:]), take_rows(real, perm[:cut])
+        train, test = real.take(perm[cut:]), real.take(perm[:cut])
         test_set = (
             f"random {test_fraction:.0%} of the real table ({test.n} rows, seed {seed}); "
             f"train-on-real models fit on the other {train.n} rows"

@@ -220,7 +220,7 @@ def post_split(
     step or requirements. ``postprocess.share`` fixes the share when given; a backend that
     spends nothing of dpql's budget (an external table) gives post-processing all of it."""
     post = spec.model.postprocess
-    spends = backend(spec.model.synthesizer.method).spends_budget
+    spends = backend(spec.model.synthesizer.method).traits.spends_budget
     if not requirements or measures is None or (post is None and spends):
         return None
     share = (None if post is None or post.share is None else float(post.share)) if spends else 1.0
@@ -231,7 +231,7 @@ def post_split(
 
 def phase_shares(spec: LoadedSpec, split: PostSplit | None) -> dict[str, Fraction]:
     """Exact shares of the release's rho per phase (see the module docstring)."""
-    spends = backend(spec.model.synthesizer.method).spends_budget
+    spends = backend(spec.model.synthesizer.method).traits.spends_budget
     shares: dict[str, Fraction] = {}
     post_share = split.share if split is not None else Fraction(0)
     if post_share:
@@ -448,7 +448,7 @@ def _share_diagnostics(spec: LoadedSpec, split: PostSplit | None) -> tuple[Diagn
     """``W509`` where the planner chose to give post-processing more than
     ``LARGE_POST_SHARE`` of a budget the synthesizer shares (a fixed ``postprocess.share`` is
     the user's own choice, and an external table spends nothing of dpql's budget)."""
-    spends = backend(spec.model.synthesizer.method).spends_budget
+    spends = backend(spec.model.synthesizer.method).traits.spends_budget
     share = float(split.share) if split is not None and split.chosen and spends else 0.0
     if share <= LARGE_POST_SHARE:
         return ()

@@ -377,11 +377,7 @@ def finite_rows(table: EncodedTable, columns: Sequence[str]) -> EncodedTable:
             ok &= table.codes[c] != table.domain[c].null_code
     if ok.all():
         return table
-    return EncodedTable(
-        table.domain,
-        {k: v[ok] for k, v in table.codes.items()},
-        {k: v[ok] for k, v in table.scaled.items()},
-    )
+    return table.take(ok)
 
 
 def _before_value(req: ModelRequirement, before: EncodedTable, seed: int) -> float:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dpql.answers import NoisyAnswer
 from dpql.diagnostics import Diagnostic
 from dpql.domain import EncodedTable
 from dpql.ir.oracle import MeasurementOracle
@@ -73,16 +74,16 @@ def _measure_errors(res: IProjResult) -> dict[str, Any]:
 
 
 def workload_errors(
-    measurements: Sequence[tuple[Any, Any, float]], before: EncodedTable, after: EncodedTable
+    measurements: Sequence[NoisyAnswer], before: EncodedTable, after: EncodedTable
 ) -> dict[str, Any]:
     """The synthesizer's measured workload answers against the table before and after
     post-processing: mean / max absolute error per cell and mean error in noise sds (the noisy
     answers are DP outputs, the tables public; never the real data)."""
     from dpql.ir.exact import answer_all
 
-    queries = [q for q, _, _ in measurements]
-    noisy = [np.ravel(np.asarray(a, dtype=np.float64)) for _, a, _ in measurements]
-    sd = np.concatenate([np.full(a.size, s, dtype=np.float64) for a, (_, _, s) in
+    queries = [m.query for m in measurements]
+    noisy = [np.ravel(np.asarray(m.value, dtype=np.float64)) for m in measurements]
+    sd = np.concatenate([np.full(a.size, m.sd, dtype=np.float64) for a, m in
                          zip(noisy, measurements, strict=True)])  # fmt: skip
     out: dict[str, Any] = {"measured_queries": len(queries), "cells": int(sd.size)}
     for name, t in (("before", before), ("after", after)):
@@ -210,7 +211,7 @@ def run_postprocess(
     table: EncodedTable,
     seed: int,
     progress: Callable[[str, int, int], None] | None = None,
-    workload: Sequence[tuple[Any, Any, float]] = (),
+    workload: Sequence[NoisyAnswer] = (),
     policy: PostprocessPolicy = DEFAULT_POLICY,
 ) -> PostprocessOutcome:
     """The compile step after synthesis (``plan`` a :class:`dpql.plan.planner.ReleasePlan`):

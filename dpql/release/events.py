@@ -95,8 +95,8 @@ def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
     queries are not resolved; None: ``plan``'s backend lists no selections. Public: the plan
     and the record."""
     from dpql.ir.queries import Marginal
-    from dpql.synth.aim import AimSchedule
-    from dpql.synth.rap.schedule import RapSchedule
+    from dpql.synth.aim.plan import AimSchedule
+    from dpql.synth.rap.plan import RapSchedule
 
     config = backend_config(plan)
     schedule = config[0] if isinstance(config, tuple) and config else None

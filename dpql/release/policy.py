@@ -133,13 +133,13 @@ def planned_spend(
     synth = backend(spec.model.synthesizer.method)
     ext_eps, ext_delta = synth.declared_budget(spec)
     curve = None
-    if synth.planned_curve:
+    if synth.traits.planned_curve:
         own = rho
         if own is None and epsilon > ext_eps and delta > ext_delta:
             own = rho_from_eps_delta(epsilon - ext_eps, delta - ext_delta)
         if own is not None and delta > ext_delta:
             curve = planned_curve(own, delta, ext_eps, ext_delta)
-    if not synth.zcdp_only:
+    if not synth.traits.zcdp_only:
         rho = None
     return ReleaseBudget(epsilon, delta, rho, curve)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dpql.spec.models import METHODS
+
 RECORD_VERSION = 4  # the record layout; dpql.release.provenance writes and verifies this version
 
 # ---------------------------------------------------------------------------------------------
@@ -369,7 +371,7 @@ def record_schema() -> dict[str, Any]:
                 ),
                 "synthesizer": _object(
                     {
-                        "method": {"enum": ["rap", "gan", "external", "aim", "auto"]},
+                        "method": {"enum": list(METHODS)},
                         "round_queries": {
                             "type": "array",
                             "items": {

@@ -40,7 +40,7 @@ by Lemma 4, §3.3). Shares are positive and sum to 1.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -98,12 +98,19 @@ Delta = Annotated[float, Field(ge=MIN_DELTA, le=MAX_DELTA)]
 SplitShare = Annotated[float, Field(ge=MIN_SPLIT, le=1, allow_inf_nan=False)]
 DslStr = Annotated[str, Field(min_length=1, max_length=MAX_DSL_CHARS)]
 
+#: the synthesizer methods: one backend package ``dpql/synth/<method>/`` each
+#: (``dpql.synth.base.BACKENDS`` is built from this list), one options model each below
 Method = Literal["rap", "gan", "external", "aim", "auto"]
+METHODS: tuple[str, ...] = get_args(Method)
+PostprocessMethod = Literal["iproj"]
 Phase = Literal["selection", "measurement", "autoencoder", "generator"]
+#: the ``privacy.split`` phases each method reads (auto's: those of rap, which it may choose)
 PHASES_OF_METHOD: dict[str, frozenset[str]] = {
     "rap": frozenset({"selection", "measurement"}),
     "gan": frozenset({"autoencoder", "generator"}),
     "external": frozenset(),
+    "aim": frozenset(),
+    "auto": frozenset({"selection", "measurement"}),
 }
 MissingRule = Literal["error", "drop", "fill", "other", "keep"]
 
@@ -423,7 +430,7 @@ class AimOptions(_Model):
         None,
         description="Adaptive rounds; default: one marginal per column (4 to 16; 16 "
         "where the signal is abundant, fewer where noise would swamp them), in at most 4 rounds "
-        "(dpql.synth.aim.default_schedule).",
+        "(dpql.synth.aim.plan.default_schedule).",
     )
     per_round: Annotated[int, Field(gt=0, le=1_000)] | None = Field(
         None,
@@ -434,7 +441,7 @@ class AimOptions(_Model):
         None,
         description="Share of rho on the 1-way marginals; default: enough for 0.05 "
         "expected L1 noise per column, within [0.2, 0.7]; 0.9 if only one marginal is affordable "
-        "(dpql.synth.aim.default_schedule).",
+        "(dpql.synth.aim.plan.default_schedule).",
     )
     select_share: Share = 0.1
     tree: bool = Field(
@@ -442,7 +449,7 @@ class AimOptions(_Model):
         "of the 2-way candidates (MST's maximum spanning tree, McKenna et al. 2021: one "
         "exponential-mechanism pick per edge, each among the pairs that join two components, "
         "scored against the 1-way model) and measures it, so that every column is measured with "
-        "another where the budget affords a pair for it (dpql.synth.aim.spanning_picks)."
+        "another where the budget affords a pair for it (dpql.synth.aim.plan.spanning_picks)."
     )
     tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
         0.5, description="Budget of each spanning-forest pair relative to an adaptive pick "
@@ -453,7 +460,7 @@ class AimOptions(_Model):
         None,
         description="Cap on the graphical model's size in MB (AIM's model-size filter); "
         "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "
-        "and at most 1/32 of the memory limit (dpql.synth.aim.machine_model_cap).",
+        "and at most 1/32 of the memory limit (dpql.synth.aim.plan.machine_model_cap).",
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000
@@ -461,13 +468,13 @@ class AimOptions(_Model):
         16,
         description="Passes of the row balancer over the columns (0: off): the sampled rows "
         "are rearranged by value swaps within each column so that their workload marginals come "
-        "closer to the model's expected counts (dpql.synth.graphical.balance_rows).",
+        "closer to the model's expected counts (dpql.synth.aim.graphical.balance_rows).",
     )
     pool_rare: bool = Field(
         True,
         description="Fit the model to the 1-way answers with each column's rare cells "
         "(noisy count below 3 sigma) shrunk towards their mean (empirical Bayes; MST's domain "
-        "compression where noise dwarfs them; dpql.synth.aim.pool_rare).",
+        "compression where noise dwarfs them; dpql.synth.aim.program.pool_rare).",
     )
 
     @classmethod
@@ -526,7 +533,7 @@ SynthesizerSpec = Annotated[
 
 
 class PostprocessSpec(_Model):
-    method: Literal["iproj"]
+    method: PostprocessMethod
     share: Share | None = Field(
         None,
         description="Fraction of the release budget for post-processing (its measurements and "
@@ -667,7 +674,7 @@ class Policy(_Model):
     )
     lifetime: Lifetime | None = None
     forbidden_columns: list[NonEmptyStr] = Field(default_factory=list)
-    allowed_methods: list[Literal["rap", "gan", "iproj", "external", "aim", "auto"]] = Field(
-        default_factory=lambda: ["rap", "gan", "iproj", "external", "aim", "auto"]
+    allowed_methods: list[Literal[Method, PostprocessMethod]] = Field(
+        default_factory=lambda: [*METHODS, *get_args(PostprocessMethod)]
     )
     require: PolicyRequire = PolicyRequire()

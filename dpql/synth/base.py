@@ -2,18 +2,22 @@
 
 A backend is a small bundle (in the way optax bundles ``init``/``update``) with two stages:
 
-* ``plan(ctx: PlanContext) -> SynthPlan``: JAX-free and data-free. From the spec, the resolved
-  workload and the rho its phase may spend, it fixes everything the run will do: its budget
-  table lines (the ledger events it will append), its resource cost, and a backend-specific
-  frozen ``config`` handed back to ``run``. ``dpql plan`` and ``dpql check`` stop here.
+* ``plan(ctx: PlanContext, options=None) -> SynthPlan``: JAX-free and data-free. From the
+  spec (or the ``options`` given), the resolved workload and the rho its phase may spend, it
+  fixes everything the run will do: its budget table lines (the ledger events it will
+  append), its resource cost, and a backend-specific frozen ``config`` handed back to ``run``.
+  ``dpql plan`` and ``dpql check`` stop here.
 * ``run(plan: SynthPlan, ctx: RunContext) -> SynthResult``: the program. It reaches private
   data only through ``ctx.private`` (the measurement oracle, or DP-SGD's row access), draws
   DP noise only from ``ctx.noise`` and appends every mechanism call to ``ctx.ledger``; its
   imports (JAX) happen inside it.
 
-Backends register by name in :data:`BACKENDS` (module path and attribute), imported lazily on
-first use, so adding one is a module under ``dpql/synth/`` plus its options model in
-:mod:`dpql.spec.models`, and one line here.
+Every backend is a package ``dpql/synth/<name>/`` of the same shape: ``__init__.py`` holds its
+``BACKEND`` (name, :class:`Traits`, ``declared_budget``, ``plan``, ``run``), ``plan.py`` its
+JAX-free planning and cost model, ``program.py`` the run (JAX and other heavy imports load
+there, when a release runs). Backends register by name in :data:`BACKENDS`, imported lazily on
+first use, so adding one is its package plus its options model and its name in
+:mod:`dpql.spec.models` (``METHODS``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dpql.progress import Progress
+from dpql.spec.models import METHODS
 
 if TYPE_CHECKING:
+    from dpql.answers import NoisyAnswer
     from dpql.domain import EncodedTable
     from dpql.ir.oracle import MeasurementOracle
     from dpql.ir.queries import Query
@@ -35,7 +41,6 @@ if TYPE_CHECKING:
     from dpql.privacy.ledger import Ledger
     from dpql.privacy.noise import NoiseSource
     from dpql.spec.load import LoadedSpec
-
 
 
 @dataclass(frozen=True)
@@ -105,44 +110,50 @@ class SynthResult:
 
     table: EncodedTable
     info: Mapping[str, Any]
-    #: the backend's own noisy workload answers, (query, noisy answer, noise sd) -- DP outputs
-    #: already paid for, handed to post-processing (which keeps and reports them) for free
-    measurements: tuple[tuple[Query, Any, float], ...] = ()
+    #: the backend's own noisy workload answers -- DP outputs already paid for, handed to
+    #: post-processing (which keeps and reports them) for free
+    measurements: tuple[NoisyAnswer, ...] = ()
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What the planner, the policy check and the record need to know of a backend's privacy
+    accounting, fixed per backend (public, data-free)."""
+
+    #: every event it appends is zCDP (Gaussian, Gumbel): the record can state a rho
+    zcdp_only: bool = True
+    #: its events are known at plan time, so a planned RDP curve can go to the lifetime ledger
+    planned_curve: bool = True
+    #: it spends part of dpql's budget (else dpql only post-processes its table)
+    spends_budget: bool = True
 
 
 class Synthesizer(Protocol):
     """A synthesizer backend (see the module docstring)."""
 
     name: str
-    #: every event it appends is zCDP (Gaussian, Gumbel): the record can state a rho
-    zcdp_only: bool
-    #: its events are known at plan time, so a planned RDP curve can go to the lifetime ledger
-    planned_curve: bool
-    #: it spends part of dpql's budget (else dpql only post-processes its table)
-    spends_budget: bool
+    traits: Traits
 
     def declared_budget(self, spec: LoadedSpec) -> tuple[float, float]:
         """(epsilon, delta) spent outside dpql, under replace-one (0, 0 for dpql's own)."""
         ...
 
-    def plan(self, ctx: PlanContext) -> SynthPlan: ...
+    def plan(self, ctx: PlanContext, options: Any = None) -> SynthPlan:
+        """The backend's plan with ``options`` (its options model; None: the spec's own, as
+        ``synthesizer.options`` gives them; ``method: auto`` passes the chosen backend's
+        defaults)."""
+        ...
 
     def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult: ...
 
 
-BACKENDS: Mapping[str, str] = {
-    "rap": "dpql.synth.rap:BACKEND",
-    "gan": "dpql.synth.gan.backend:BACKEND",
-    "external": "dpql.synth.external:BACKEND",
-    "aim": "dpql.synth.aim:BACKEND",
-    "auto": "dpql.synth.auto:BACKEND",
-}
+#: method -> its package (``dpql.spec.models.METHODS``: the one list of methods)
+BACKENDS: Mapping[str, str] = {name: f"dpql.synth.{name}" for name in METHODS}
 
 
 def backend(name: str) -> Synthesizer:
-    """The backend registered as ``name`` (imported on first use)."""
-    module, attr = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    """The backend registered as ``name`` (its package's ``BACKEND``, imported on first use)."""
+    return importlib.import_module(BACKENDS[name]).BACKEND
 
 
 def names() -> Iterator[str]:

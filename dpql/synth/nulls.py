@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from dpql.answers import NoisyAnswer
 from dpql.domain import Domain
-from dpql.ir.queries import Marginal, Query
+from dpql.ir.queries import Marginal
 from dpql.plan.acceptance import Z
 
 
 def measured_null_share(
-    domain: Domain, column: str, measurements: Sequence[tuple[Query, Any, float]]
+    domain: Domain, column: str, measurements: Sequence[NoisyAnswer]
 ) -> tuple[float, float] | None:
     """The inverse-variance average of the noisy null shares of ``column`` that its measured
     marginals give, with its sd; None when no measured marginal holds the column. A marginal
@@ -31,11 +31,12 @@ def measured_null_share(
     noisy ones (not clipped)."""
     col = domain[column]
     weight = total = 0.0
-    for q, answer, sd in measurements:
+    for m in measurements:
+        q, sd = m.query, m.sd
         if not isinstance(q, Marginal) or column not in q.columns or not sd > 0:
             continue
         shape = tuple(domain.card(c) for c in q.columns)
-        cube = np.asarray(answer, dtype=np.float64).reshape(shape)
+        cube = np.asarray(m.value, dtype=np.float64).reshape(shape)
         share = float(np.take(cube, col.null_code, axis=q.columns.index(column)).sum())
         var = sd**2 * cube.size / col.card
         weight, total = weight + 1.0 / var, total + share / var
@@ -43,7 +44,7 @@ def measured_null_share(
 
 
 def complete_columns(
-    domain: Domain, measurements: Sequence[tuple[Query, Any, float]], z: float = Z
+    domain: Domain, measurements: Sequence[NoisyAnswer], z: float = Z
 ) -> tuple[str, ...]:
     """The nullable columns whose measured null share is below ``z`` sds (the acceptance
     tests' ``z``): their empty cells, if any, are too few for the noise to show, and the

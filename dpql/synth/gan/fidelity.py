@@ -7,9 +7,10 @@ block over a numeric column's public bins (its offset coordinate aside), or one 
 binary coordinate -- the decoder gives each generated row a product distribution over the
 domain's codes, so the **relaxed marginal** of a batch of generated rows over columns
 ``c_1..c_k`` is the batch mean of the outer product ``p^{c_1} (x) ... (x) p^{c_k}`` (RAP's
-Definition 10, as :mod:`dpql.synth.relaxed`), in the C order of :class:`dpql.ir.queries.Marginal`
-answers. Sampling a code from each block (:func:`sample_encoded`) makes that relaxed marginal
-the expected marginal of the sampled rows, which is why the penalty carries over to the table.
+Definition 10, as :mod:`dpql.synth.rap.relaxed`), in the C order of
+:class:`dpql.ir.queries.Marginal` answers. Sampling a code from each block
+(:func:`sample_encoded`) makes that relaxed marginal the expected marginal of the sampled rows,
+which is why the penalty carries over to the table.
 
 Everything here is post-processing: the targets are noisy marginals released by the Gaussian
 mechanism (``gan.marginals``), the parameters are DP-SGD outputs, and the random draws come from

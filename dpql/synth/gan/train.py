@@ -55,6 +55,7 @@ from dpql.domain import Domain, EncodedTable
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.noise import NoiseSource
 from dpql.progress import Progress
+from dpql.spec.models import GanOptions
 from dpql.synth.gan import encoding, fidelity, nets
 from dpql.synth.gan.dpsgd import (
     Params,
@@ -63,7 +64,6 @@ from dpql.synth.gan.dpsgd import (
     private_gradient,
     sampled_private_gradient,
 )
-from dpql.synth.gan.options import GanOptions
 from dpql.synth.gan.plan import DpSgdPhase, GanPlan
 
 DEVICE_ROWS = 1 << 16  # tables up to this many rows train on a device-resident copy
@@ -98,12 +98,7 @@ class _TableRows:
         return self.table.n
 
     def take(self, rows: np.ndarray) -> EncodedTable:
-        t = self.table
-        return EncodedTable(
-            t.domain,
-            {k: v[rows] for k, v in t.codes.items()},
-            {k: v[rows] for k, v in t.scaled.items()},
-        )
+        return self.table.take(rows)
 
 
 @dataclass(frozen=True, eq=False)

@@ -31,7 +31,7 @@ it never sees data, only noisy measurements and noisy selections from a
 Where the paper leaves a choice: measurements once (Algorithm 2), a Gumbel scale from the
 score's sensitivity (Definition 9's printed scale is not), the sum-of-squares loss (§3),
 fixed geometric annealing (documented above), the joint loss over all measurements (Algorithm
-1), numeric relaxation by public bins + position (see :mod:`dpql.synth.relaxed`), and a softmax
+1), numeric relaxation by public bins + position (see :mod:`dpql.synth.rap.relaxed`), and a softmax
 parameterisation of each categorical block, which keeps it on the simplex by construction.
 """
 
@@ -42,7 +42,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,18 +49,22 @@ import numpy as np
 import optax
 from threadpoolctl import threadpool_limits
 
-from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, EncodedTable, NumericColumn
+from dpql.answers import NoisyAnswer
+from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
 from dpql.ir.oracle import MeasurementOracle
 from dpql.ir.queries import Count, Halfspace, Marginal, Moment, Prefix, Query
 from dpql.progress import Progress
+from dpql.synth.base import RunContext, SynthPlan, SynthResult
 from dpql.synth.nulls import complete_columns
-from dpql.synth.rap.schedule import (
+from dpql.synth.rap.plan import (
+    TILE,
     RapOptions,
     RapSchedule,
-    _split,
+    capacity,
     release_sigma,
+    split_queries,
 )
-from dpql.synth.relaxed import TILE, Layout, RowModel, block_index, tile_starts, tiled_probs
+from dpql.synth.rap.relaxed import Layout, RowModel, block_index, tile_starts, tiled_probs
 
 # ------------------------------------------------------------------------------------------
 # Measurements and the loss
@@ -150,7 +153,7 @@ def _build_data(
         ids = np.concatenate([i for i, _, _ in items])
         tgt = np.concatenate([t for _, t, _ in items])
         wt = np.concatenate([np.full(len(i), w, np.float32) for i, _, w in items])
-        cap = _capacity(len(ids))
+        cap = capacity(len(ids))
         pad = cap - len(ids)  # empty slots: tile 0 with weight 0
         marg[str(k)] = (
             jnp.asarray(np.pad(ids, ((0, pad), (0, 0)))),
@@ -209,12 +212,6 @@ def _threshold_answers(rm: RowModel, statics: _Statics, params: list[dict]) -> l
                 hit = hit * jnp.einsum("nb,nbq->nq", rm.probs(c), s)
         out.append(hit.T @ label / n)
     return out
-
-
-def _capacity(tiles: int) -> int:
-    """Slots allocated for ``tiles`` marginal tiles: the next power of two (at least 16), so
-    the loss is recompiled only when the measured tiles double."""
-    return max(16, 1 << (tiles - 1).bit_length())
 
 
 def _marginals_loss(params, marginals: Mapping[str, tuple], statics: _Statics):
@@ -407,7 +404,7 @@ def _answers_of_rows(
 CLOSED_LOGIT = -30.0
 
 
-def _closed_nulls(layout: Layout, answers: Sequence[tuple[Query, Any, float]]) -> jnp.ndarray:
+def _closed_nulls(layout: Layout, answers: Sequence[NoisyAnswer]) -> jnp.ndarray:
     """The (width,) mask of the null cells of the columns whose noisy 1-way answers cannot tell
     their null share from zero (``dpql.synth.nulls.complete_columns``): post-processing of the
     init round's DP answers, so the rest of the fit keeps no mass on empty cells that the
@@ -448,7 +445,7 @@ def run_rap(
     layout = Layout.of(domain)
     n = oracle.n
     thresholds = schedule.threshold_candidates
-    _, _, scalars = _split(schedule.init_queries)
+    _, _, scalars = split_queries(schedule.init_queries)
     statics = _statics(layout, thresholds, scalars)
     fitter = _Fitter(statics, thresholds, options)
     rng = np.random.default_rng(seed)  # optimisation randomness, not DP noise
@@ -501,7 +498,7 @@ def run_rap(
             unclipped.append(np.asarray(a, dtype=np.float64))
             done.add(q)
         if rnd.kind == "init":
-            init = [(q, a, sigma) for q, a in zip(chosen, noisy, strict=True)]
+            init = [NoisyAnswer(q, a, sigma) for q, a in zip(chosen, noisy, strict=True)]
             closed = _closed_nulls(layout, init)
             params = (jnp.where(closed, CLOSED_LOGIT, params[0]), params[1])
         # The first fit starts from noise; later ones are warm-started from the last rows.
@@ -559,15 +556,44 @@ def round_rows(layout: Layout, params, rows: int, seed: int) -> EncodedTable:
             codes[col] = draw
             continue
         assert isinstance(column, NumericColumn)
-        null = draw == column.null_code  # never true unless nullable (missing: keep)
-        x = column.value_in_bin(
-            np.minimum(draw, column.bins - 1), positions[owner, layout.numeric_index(col)]
+        # the null code is drawn only where the column is nullable (missing: keep)
+        codes[col], scaled[col] = column.decode_bins(
+            draw, positions[owner, layout.numeric_index(col)]
         )
-        scaled[col] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
-        codes[col] = np.where(null, draw, column.bin_of(x)).astype(np.int32)
-    order = rng.permutation(rows)
-    return EncodedTable(
-        layout.domain,
-        {k: v[order] for k, v in codes.items()},
-        {k: v[order] for k, v in scaled.items()},
+    return EncodedTable(layout.domain, codes, scaled).take(rng.permutation(rows))
+
+
+def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
+    """The backend's run: :func:`run_rap` on the plan's schedule, with the record's section."""
+    from dpql.ir.exact import answer_all
+    from dpql.synth.jax_cache import enable_compilation_cache
+
+    enable_compilation_cache()
+    schedule, options = plan.config
+    rows = ctx.spec.model.synthesizer.rows
+    res = run_rap(
+        ctx.private.oracle,
+        ctx.spec.domain,
+        ctx.queries,
+        schedule,
+        options,
+        rows,
+        ctx.seed,
+        ctx.progress,
     )
+    info: dict[str, object] = {
+        "options": dict(plan.options),
+        "rounds": res.rounds,
+        "measured_queries": len(res.measured),
+        "round_queries": [list(s) for s in res.selected],
+    }
+    if res.measured:  # errors against the *noisy* measurements, never the real data
+        answers = answer_all(list(res.measured), res.table)
+        err = np.concatenate([np.abs(a - m) for a, m in zip(answers, res.noisy, strict=True)])
+        info["mean_abs_error_vs_noisy"] = float(err.mean())
+        info["max_abs_error_vs_noisy"] = float(err.max())
+    sigmas = res.sigma or (float("nan"),) * len(res.measured)
+    measurements = tuple(
+        NoisyAnswer(q, y, s) for q, y, s in zip(res.measured, res.noisy, sigmas, strict=True)
+    )
+    return SynthResult(res.table, info, measurements)

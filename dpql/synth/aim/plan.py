@@ -1,44 +1,5 @@
-"""AIM (McKenna et al. 2022) on the graphical-model estimators of ``mbi`` 2.x, as a dpql backend.
-
-The mechanism logic follows ``benchmarks/rap/peers.py`` (which follows the reference script),
-but every private access goes through dpql's measurement oracle (exact discrete Gaussian,
-Gumbel top-k, dpql's ledger), with these deliberate differences from the reference script:
-
-* **Fixed schedule.** AIM anneals its per-round budget from the data (it halves sigma when a
-  round's measurement barely moved the model), so its number of rounds is data-dependent. dpql
-  prints every ledger event before any data is read, so here the schedule is fixed by the plan:
-  one release of every column's 1-way marginal (``init_share`` of rho), then ``rounds`` equal
-  rounds, each ``per_round`` one-at-a-time Gumbel selections (``select_share`` of the round)
-  and one discrete Gaussian release of the chosen marginals. Options left unset follow a public
-  rule from n, the budget and the domain (:func:`default_schedule`): small or low-budget tables
-  put more on the 1-way marginals and select fewer marginals; at most 4 rounds, since each
-  re-fit of a new clique structure costs seconds of XLA compilation.
-* **Diverse picks.** The picks of one round share no column pair (each selection is among the
-  candidates that share none with the round's earlier picks), so a round's single re-fit learns
-  as much as several one-marginal rounds would, at the compile cost of one (the comparison
-  with plain top-k rounds is in ``benchmarks/suite``).
-* **Unweighted scores.** The oracle's selection score is ``||a(D) - model||_1 - penalty`` with
-  sensitivity 2/n; the penalty is AIM's expected noise L1 of measuring that marginal in this
-  round (``sqrt(2/pi) sigma cells``), so a candidate's score is its expected improvement.
-* **Noise-aware candidates.** A candidate whose expected noise L1 at the round's sigma is >= 1
-  (half the largest possible L1 error, 2) is never offered: its measurement would tell less than
-  it adds. AIM's model-size filter (``max_model_size`` MB, scaled by the share of the budget
-  spent) is kept.
-* **Warm starts, one compile per fit.** Each round's estimate starts from the last (``iters``
-  mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
-  mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)
-  runs in numpy (``dpql.synth.graphical``), since mbi would compile each of those small eager
-  operations anew for every clique structure.
-* **Balanced rows.** The rows sampled from the final model are rearranged by value swaps within
-  columns until their marginals on the workload (the maximal candidates) are close to the
-  model's expected counts (``balance_sweeps`` passes, ``dpql.synth.graphical.balance_rows``),
-  which removes most of the sampling noise an ``n``-row sample adds to those marginals
-  (``benchmarks/suite``).
-
-Only marginal queries of the workload drive the candidates (the downward closure of its
-marginals, 2-way and up; all column pairs when it has none); other queries (thresholds,
-moments) are left to post-processing. ``plan`` imports neither mbi nor JAX.
-"""
+"""AIM's plan: the fixed schedule (the public rule for unset options), its budget lines and its
+resource cost. Pure and data-free; imports neither mbi nor JAX (see :mod:`dpql.synth.aim`)."""
 
 from __future__ import annotations
 
@@ -48,13 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-import numpy as np
-
 from dpql.ir.queries import Marginal, Query, joint_l2_sensitivity
 from dpql.privacy.budget import BudgetLine, split_rho
 from dpql.privacy.mechanisms import gumbel_beta
 from dpql.spec.models import AimOptions
-from dpql.synth.base import PlanContext, RunContext, SynthCost, SynthPlan, SynthResult
+from dpql.synth.base import PlanContext, SynthCost, SynthPlan
 
 #: the model-size cap from the machine (:func:`machine_model_cap`): MB per CPU core, within
 #: [MODEL_CAP_MIN, MODEL_CAP_MAX] (AIM's reference cap), and at most 1 / MODEL_MEMORY_SHARE of
@@ -338,29 +297,6 @@ def _components(columns: Sequence[str], pairs: Sequence[tuple[str, ...]]) -> lis
     return list(groups.values())
 
 
-#: a cell of a noisy 1-way marginal below this many sigmas is "rare" (MST's domain compression)
-RARE_SIGMAS = 3.0
-
-
-def pool_rare(y: np.ndarray, sigma: float) -> np.ndarray:
-    """A noisy 1-way marginal with its rare cells (noisy value below ``RARE_SIGMAS`` sigma)
-    shrunk towards their mean, where there are at least three: the empirical-Bayes (James-Stein)
-    estimate ``m + (1 - b)(y - m)`` with ``b = sigma^2 / (sigma^2 + tau^2)`` and ``tau^2`` the
-    rare cells' variance beyond the noise's. Where noise dwarfs the rare counts (``tau^2 = 0``)
-    this is MST's domain compression (one merged cell, decompressed uniformly; McKenna et al.
-    2021, sec. 4) without changing the domain; where the rare cells really differ (a long
-    ordinal tail) it leaves them nearly as measured. Post-processing of ``y`` only."""
-    rare = y < RARE_SIGMAS * sigma
-    if rare.sum() < 3:
-        return y
-    m = float(y[rare].mean())
-    tau2 = max(0.0, float(y[rare].var(ddof=1)) - sigma**2)
-    b = sigma**2 / (sigma**2 + tau2)
-    out = y.copy()
-    out[rare] = m + (1.0 - b) * (y[rare] - m)
-    return out
-
-
 def maximal(candidates: Sequence[tuple[str, ...]], columns: Sequence[str]) -> list[tuple[str, ...]]:
     """The candidates inside no other candidate: the workload's own marginals (the row
     balancer's targets). ``candidates`` is downward closed (:func:`candidates`), so a candidate
@@ -398,232 +334,34 @@ def budget_lines(s: AimSchedule, cards: dict[str, int] | None = None) -> list[Bu
     return lines
 
 
-def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
-                 cells: Callable[[tuple[str, ...]], int]) -> list[tuple[str, ...]]:  # fmt: skip
-    """The spanning-forest round's ``s.tree`` picks (MST's tree selection, McKenna et al. 2021
-    sec. 4, as Kruskal's algorithm with an exponential mechanism per edge): each among the
-    planned pairs that join two components of the forest so far, scored by their L1 error
-    against ``model`` (the 1-way model) less their expected noise, as every AIM pick is.
-    ``s.tree`` is the planned pairs' spanning-forest size, so every pick has a pool."""
-    from dpql.synth.graphical import model_marginal
-
-    n = s.n
-    synth = {cl: model_marginal(model, cl) / n for cl in s.tree_pairs}
-    where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
-    cls: list[tuple[str, ...]] = []
-    for j, r in enumerate(select_parts(rs, s.tree)):
-        pool = [cl for cl in s.tree_pairs if where[cl[0]] != where[cl[1]]]
-        chosen = oracle.select(
-            [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r, phase=s.phase(0),
-            label=f"spanning forest, edge {j + 1}/{s.tree}",
-            penalty=[SQRT_2_OVER_PI * sigma * cells(cl) for cl in pool],
-        )  # fmt: skip
-        a, b = pool[chosen[0]]
-        old, new = where[a], where[b]
-        where = {c: new if w == old else w for c, w in where.items()}
-        cls.append((a, b))
-    return cls
-
-
-def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, limit: float,
-                mdom, cells: Callable[[tuple[str, ...]], int]) -> list[tuple[str, ...]]:
-    """An adaptive round's ``s.k()`` picks, one at a time, among the candidates that the
-    round's noise would not swamp and that keep the model within ``limit`` MB."""
-    from mbi import junction_tree
-
-    from dpql.synth.graphical import IndependentModel, model_marginal
-
-    n = s.n
-    if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
-        card = dict(zip(mdom.attributes, mdom.shape, strict=True))
-
-        def model_size(cl: tuple[str, ...]) -> float:
-            return (cells(cl) + sum(card[c] for c in s.columns if c not in cl)) * 8 / 2**20
-    else:
-
-        def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
-            return junction_tree.hypothetical_model_size(mdom, [*now, cl])
-
-    in_model = set()
-    for c in model.cliques:
-        for r in range(2, len(c) + 1):
-            in_model.update(itertools.combinations(c, r))
-    live = [
-        cl
-        for cl in s.candidates
-        if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT
-        and (cl in in_model or model_size(cl) <= limit)
-    ]
-    if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
-        live += [c for c in sorted(s.candidates, key=cells) if c not in live]
-        live = live[: max(s.k(), len(live))]
-    synth = {cl: model_marginal(model, cl) / n for cl in live}
-    cls: list[tuple[str, ...]] = []
-    # k selections one at a time, each among the candidates that share no column pair with
-    # this round's earlier picks (all unpicked ones if none is left): one release per round
-    # still re-fits once, but its marginals tell different things. A clique already measured
-    # is picked again only where its error beats its noise (the penalty), i.e. where it pays.
-    for j, r in enumerate(select_parts(rs, s.k())):
-        pool = [cl for cl in live if cl not in cls]
-        pool = [cl for cl in pool if not any(overlaps(cl, c) for c in cls)] or pool
-        chosen = oracle.select(
-            [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r,
-            phase=s.phase(i), label=f"{s.phase(i)}, pick {j + 1}/{s.k()}",
-            penalty=[SQRT_2_OVER_PI * sigma * cells(cl) for cl in pool],
-        )  # fmt: skip
-        cls.append(pool[chosen[0]])
-    return cls
-
-
-class AimBackend:
-    name = "aim"
-    zcdp_only = True
-    planned_curve = True
-    spends_budget = True
-
-    def declared_budget(self, spec: object) -> tuple[float, float]:
-        return 0.0, 0.0
-
-    def plan_with(self, ctx: PlanContext, options: AimOptions) -> SynthPlan:
-        spec = ctx.spec
-        if options.max_model_size is None:
-            options = options.model_copy(update={"max_model_size": machine_model_cap()})
-        dom = spec.domain
-        s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
-                     options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
-        # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
-        # compilation of each round's new clique structure
-        # the row balancer holds the workload marginals' counts and targets (float32) and the
-        # model's marginal of each (float64)
-        balance = 16 * sum(dom.cells(cl) for cl in s.targets) if options.balance_sweeps else 0
-        cost = SynthCost(
-            {"aim.model": options.max_model_size * 2**20, "aim.balance": balance},
-            2.0 * max(1, len(s.rounds))
-            + 0.002 * (options.iters * len(s.rounds) + options.final_iters)
-            # the row balancer (dpql.synth.graphical.BALANCE_WORK), a fixed amount of work
-            + (1.5 if options.balance_sweeps else 0.0),
-        )
-        opts = options.model_dump()
-        opts["rounds"] = len(s.rounds) - bool(s.tree)
-        opts["per_round"] = s.k()
-        opts["tree"] = bool(s.tree)
-        opts["tree_edges"] = s.tree
-        opts["init_share"] = s.init_share
-        cards = {c.name: c.card for c in spec.domain}
-        return SynthPlan("aim", tuple(budget_lines(s, cards)), (s, options), cost, opts)
-
-    def plan(self, ctx: PlanContext) -> SynthPlan:
-        return self.plan_with(ctx, ctx.spec.model.synthesizer.options)
-
-    def run(self, plan: SynthPlan, ctx: RunContext) -> SynthResult:
-        from dpql.synth.graphical import import_mbi
-
-        import_mbi()
-        from mbi import Domain, LinearMeasurement
-
-        from dpql.domain import NULL_SCALED, EncodedTable, NumericColumn
-        from dpql.synth.graphical import (
-            IndependentModel,
-            balance_rows,
-            model_marginal,
-            quick_start_mirror_descent,
-            sample_rows,
-            tree_model,
-        )
-        from dpql.synth.jax_cache import enable_compilation_cache
-
-        enable_compilation_cache()
-        s, options = plan.config
-        oracle = ctx.private.oracle
-        n = s.n
-        dom = ctx.spec.domain
-        mdom = Domain(list(s.columns), [dom.card(c) for c in s.columns])
-
-        def estimate(meas, iters, warm=None):
-            return quick_start_mirror_descent().estimate(
-                mdom, meas, known_total=float(n), iters=iters, warm_start=warm
-            )
-
-        ones = [Marginal((c,)) for c in s.columns]
-        sigma0 = s.init_sigma()
-        noisy = oracle.measure(ones, s.rho_init, phase="aim.init",
-                               label=f"{len(ones)} one-way marginals")  # fmt: skip
-        # the model learns from the 1-way answers with rare cells pooled; post-processing gets
-        # them as released (``measured``)
-        fitted = [pool_rare(np.asarray(y, dtype=np.float64), sigma0) if options.pool_rare
-                  else np.asarray(y, dtype=np.float64) for y in noisy]  # fmt: skip
-        meas = [
-            LinearMeasurement(y * n, (c,), stddev=sigma0 * n)
-            for c, y in zip(s.columns, fitted, strict=True)
-        ]
-        measured = [(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
-        # the 1-way model is the product of the (clipped, normalised) noisy 1-way marginals:
-        # no mirror descent (and no XLA compilation) for it
-        model = IndependentModel(
-            {c: np.clip(y, 0, None) for c, y in zip(s.columns, fitted, strict=True)}, n
-        )
-        picked: list[tuple[str, ...]] = []
-        tree: list[tuple[str, ...]] = []
-        spent = s.rho_init
-        total = s.rho_init + sum(a + b for a, b in s.rounds)
-        for i, (rs, rm) in enumerate(s.rounds):
-            spent += rs + rm
-            sigma = s.round_sigma(i)
-            limit = options.max_model_size * spent / total
-            if i == 0 and s.tree:
-                cls = _pick_forest(oracle, s, model, rs, sigma, dom.cells)
-                tree = list(cls)
-            else:
-                cls = _pick_round(oracle, s, i, model, rs, sigma, limit, mdom, dom.cells)
-            ys = oracle.measure([Marginal(cl) for cl in cls], rm, phase=s.phase(i),
-                                label=f"{s.phase(i)}: {cls}")  # fmt: skip
-            for cl, y in zip(cls, ys, strict=True):
-                meas.append(LinearMeasurement(np.asarray(y, dtype=np.float64) * n, cl,
-                                              stddev=sigma * n))  # fmt: skip
-                measured.append((Marginal(cl), y, sigma))
-                picked.append(cl)
-            last = i == len(s.rounds) - 1
-            iters = options.final_iters if last and options.final_iters else options.iters
-            if i == 0 and s.tree and not last:
-                # the forest's model in closed form (a Bayesian network over it): no mirror
-                # descent and no compile for a structure the next round's fit replaces
-                pairs = {cl: np.asarray(y, dtype=np.float64) for cl, y in zip(cls, ys, strict=True)}
-                model = tree_model(mdom, dict(zip(s.columns, fitted, strict=True)), pairs, n)
-            else:
-                model = estimate(meas, iters, model if i else None)
-            if ctx.progress:
-                ctx.progress("aim", i + 1, len(s.rounds))
-        if not s.rounds:
-            model = estimate(meas, options.final_iters or options.iters)
-        rows = ctx.spec.model.synthesizer.rows
-        rng = np.random.default_rng(ctx.seed)
-        data = sample_rows(model, rows, rng)
-        if options.balance_sweeps:
-            # the workload's marginals (the maximal candidates), at the model's expected counts
-            scale = rows / float(n)
-            targets = [(cl, model_marginal(model, cl) * scale) for cl in s.targets]
-            data = balance_rows(data, targets, {c: dom.card(c) for c in s.columns}, rng,
-                                sweeps=options.balance_sweeps)  # fmt: skip
-        order = rng.permutation(rows)
-        codes, scaled = {}, {}
-        for c in s.columns:
-            code = np.asarray(data[c], dtype=np.int32)[order]
-            column = dom[c]
-            if isinstance(column, NumericColumn):
-                null = code == column.null_code  # missing: keep, the null bin
-                x = column.value_in_bin(np.minimum(code, column.bins - 1), rng.random(rows))
-                scaled[c] = np.where(null, NULL_SCALED, (x - column.lo) / column.span)
-                code = np.where(null, code, column.bin_of(x)).astype(np.int32)
-            codes[c] = code
-        table = EncodedTable(dom, codes, scaled)
-        info = {
-            "options": dict(plan.options),
-            "selected": [list(c) for c in picked],
-            "spanning_forest": [list(c) for c in tree],
-            "picks_per_round": [s.picks(i) for i in range(len(s.rounds))],
-            "model_cliques": [list(c) for c in model.cliques],
-        }
-        return SynthResult(table, info, tuple(measured))
-
-
-BACKEND = AimBackend()
+def plan(ctx: PlanContext, options: AimOptions | None = None) -> SynthPlan:
+    """AIM's plan: the fixed schedule of ``options`` (default: the spec's; an unset
+    ``max_model_size`` from this machine), its budget lines and its resource cost."""
+    spec = ctx.spec
+    if options is None:
+        options = spec.model.synthesizer.options
+    if options.max_model_size is None:
+        options = options.model_copy(update={"max_model_size": machine_model_cap()})
+    dom = spec.domain
+    s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
+                 options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
+    # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
+    # compilation of each round's new clique structure
+    # the row balancer holds the workload marginals' counts and targets (float32) and the
+    # model's marginal of each (float64)
+    balance = 16 * sum(dom.cells(cl) for cl in s.targets) if options.balance_sweeps else 0
+    cost = SynthCost(
+        {"aim.model": options.max_model_size * 2**20, "aim.balance": balance},
+        2.0 * max(1, len(s.rounds))
+        + 0.002 * (options.iters * len(s.rounds) + options.final_iters)
+        # the row balancer (dpql.synth.aim.graphical.BALANCE_WORK), a fixed amount of work
+        + (1.5 if options.balance_sweeps else 0.0),
+    )
+    opts = options.model_dump()
+    opts["rounds"] = len(s.rounds) - bool(s.tree)
+    opts["per_round"] = s.k()
+    opts["tree"] = bool(s.tree)
+    opts["tree_edges"] = s.tree
+    opts["init_share"] = s.init_share
+    cards = {c.name: c.card for c in spec.domain}
+    return SynthPlan("aim", tuple(budget_lines(s, cards)), (s, options), cost, opts)

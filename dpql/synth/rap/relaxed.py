@@ -39,6 +39,7 @@ import numpy as np
 
 from dpql.domain import Domain
 from dpql.ir.queries import And, CatIn, Not, NumCmp, Or, Pred, TruePred
+from dpql.synth.rap.plan import TILE
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,6 @@ class Layout:
     def numeric_index(self, column: str) -> int:
         return self.numeric.index(column)
 
-
-TILE = 8
-"""Marginals are evaluated on tiles of ``TILE`` values per column (see :func:`block_index`)."""
 
 PAD_LOGIT = -1e9
 
