@@ -56,3 +56,14 @@ def _read_only(table: EncodedTable) -> EncodedTable:
 def small_release(tmp_path: Path) -> Path:
     """The small Adult release (3,000 rows) written to ``tmp_path``."""
     return write_small_release(tmp_path)
+
+
+@pytest.fixture
+def seeded_dp_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End-to-end compiles in this test draw their DP noise from the seeded testing source
+    (``NoiseSource.for_testing(0)``), so a statistical assertion sees the same noise on every
+    machine; such a release is not private and exists only inside the test."""
+    import dpql.pipeline
+    from dpql.privacy.noise import NoiseSource
+
+    monkeypatch.setattr(dpql.pipeline, "default_noise", lambda: NoiseSource.for_testing(0))

@@ -26,8 +26,12 @@ def test_compile_writes_table_and_record_that_verify(small_release: Path, capsys
     record_path = out / "adult_synthetic.provenance.json"
     df = pd.read_csv(table)
     assert len(df) == 3000 and df.columns[0] == "age"
-    # under the default missing: keep, an empty cell is a declared value of every column
-    assert df["age"].between(17, 90).all() and set(df["sex"].dropna()) <= {"Female", "Male"}
+    # under the default missing: keep, an empty cell is a declared value of every column; the
+    # data has none, and the noise can leave a measured column a few only where it cannot tell
+    # them apart (the columns outside the workload are unmeasured: any value, empty included)
+    assert df["age"].dropna().between(17, 90).all()
+    assert set(df["sex"].dropna()) <= {"Female", "Male"}
+    assert df[["age", "sex", "income", "race"]].isna().mean().max() <= 0.02
     record = json.loads(record_path.read_text())
     assert record["privacy"]["spent"]["epsilon"] <= record["privacy"]["budget"]["epsilon"] + 1e-9
     phases = {e["phase"] for e in record["privacy"]["events"]}

@@ -89,7 +89,7 @@ def test_kept_columns_are_nullable_in_the_domain(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
-def test_release_keeps_the_missingness_rate(tmp_path: Path) -> None:
+def test_release_keeps_the_missingness_rate(tmp_path: Path, seeded_dp_noise: None) -> None:
     spec = _spec_with_blanks(tmp_path)
     release = dpql.compile(str(spec), seed=0)
     real = pd.read_csv(tmp_path / "adult_blank.csv", dtype=str, keep_default_na=False)

@@ -22,7 +22,7 @@ def _compile(spec: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     return real, synth, record
 
 
-def test_keep_meets_a_mean_over_present_values(tmp_path: Path) -> None:
+def test_keep_meets_a_mean_over_present_values(tmp_path: Path, seeded_dp_noise: None) -> None:
     t = 3000.0
     real, synth, record = _compile(survey_spec(tmp_path, income="keep", tolerance=t))
     (req,) = record["requirements"]
@@ -36,7 +36,7 @@ def test_keep_meets_a_mean_over_present_values(tmp_path: Path) -> None:
     assert record["output"]["population"]["rows"] == "all"
 
 
-def test_drop_describes_the_rows_with_an_income(tmp_path: Path) -> None:
+def test_drop_describes_the_rows_with_an_income(tmp_path: Path, seeded_dp_noise: None) -> None:
     """With keep as the top-level default, the complete columns (age, region) are nullable
     too, and still get no empty cell."""
     real, synth, record = _compile(survey_spec(tmp_path, income="drop", keep_everywhere=True))
@@ -58,9 +58,10 @@ def test_plan_says_what_drop_and_code_columns_represent(tmp_path: Path) -> None:
     like codes or years binned coarser than one value per bin (from the spec alone)."""
     spec = survey_spec(tmp_path, income="drop")
     text = spec.read_text().replace(
-        "  region:", "  survey_year: {type: numeric, min: 1990, max: 2020, integer: true, "
+        "  region:",
+        "  survey_year: {type: numeric, min: 1990, max: 2020, integer: true, "
         "bins: 6}\n  occ_code: {type: numeric, min: 1, max: 999, integer: true, bins: 10}\n"
-        "  region:"
+        "  region:",
     )
     spec.write_text(text)
     warnings = {d.code: d for d in dpql.build_plan(dpql.load_spec(spec)).warnings}
