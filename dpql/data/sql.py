@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from dpql.data.codec import NUMBER_PATTERN, WHITESPACE, Fill, MissingPolicy, default_policy
 from dpql.domain import NULL_SCALED, CategoricalColumn, Domain, NumericColumn
@@ -53,6 +53,7 @@ from dpql.ir.queries import (
     Prefix,
     Query,
     TruePred,
+    dispatch,
 )
 
 Storage = Literal["text", "exact", "float", "other"]
@@ -356,24 +357,52 @@ def stats_sql(domain: Domain, d: Dialect) -> str:
 # Queries over ``enc``
 
 
-def pred_sql(p: Pred, domain: Domain) -> str:
-    if isinstance(p, TruePred):
-        return "TRUE"
-    if isinstance(p, NumCmp):
-        return f"u{domain.names.index(p.column)} {p.op} {double(p.threshold)}"
-    if isinstance(p, CatIn):
-        if not p.codes:
-            return "FALSE"
-        codes = ", ".join(str(c) for c in sorted(p.codes))
-        return f"c{domain.names.index(p.column)} IN ({codes})"
-    if isinstance(p, And | Or):
+def _true_sql(p: TruePred, domain: Domain) -> str:
+    return "TRUE"
+
+
+def _num_cmp_sql(p: NumCmp, domain: Domain) -> str:
+    return f"u{domain.names.index(p.column)} {p.op} {double(p.threshold)}"
+
+
+def _cat_in_sql(p: CatIn, domain: Domain) -> str:
+    if not p.codes:
+        return "FALSE"
+    codes = ", ".join(str(c) for c in sorted(p.codes))
+    return f"c{domain.names.index(p.column)} IN ({codes})"
+
+
+def _joined_sql(op: str, empty: str) -> Callable[[And | Or, Domain], str]:
+    """A conjunction's or disjunction's condition: its items joined by ``op`` (``empty`` when it
+    has none, the identity of ``op``)."""
+
+    def condition(p: And | Or, domain: Domain) -> str:
         if not p.items:
-            return "TRUE" if isinstance(p, And) else "FALSE"
-        op = " AND " if isinstance(p, And) else " OR "
-        return "(" + op.join(pred_sql(i, domain) for i in p.items) + ")"
-    if isinstance(p, Not):
-        return f"(NOT {pred_sql(p.item, domain)})"
-    raise TypeError(f"not a predicate: {p!r}")
+            return empty
+        return "(" + f" {op} ".join(pred_sql(i, domain) for i in p.items) + ")"
+
+    return condition
+
+
+def _not_sql(p: Not, domain: Domain) -> str:
+    return f"(NOT {pred_sql(p.item, domain)})"
+
+
+PRED_SQL: dict[type, Callable[[Any, Domain], str]] = {
+    TruePred: _true_sql,
+    NumCmp: _num_cmp_sql,
+    CatIn: _cat_in_sql,
+    And: _joined_sql("AND", "TRUE"),
+    Or: _joined_sql("OR", "FALSE"),
+    Not: _not_sql,
+}
+"""The SQL evaluator's predicate table: node class -> condition over ``enc``'s columns."""
+
+
+def pred_sql(p: Pred, domain: Domain) -> str:
+    """An SQL condition over ``enc`` (``c{i}`` codes, ``u{i}`` scaled values) that holds on
+    exactly the rows satisfying ``p``."""
+    return dispatch(PRED_SQL, p)(p, domain)
 
 
 @dataclass(frozen=True)
@@ -417,40 +446,57 @@ def _factor_sql(f: Factor, domain: Domain) -> str:
     return f"CASE WHEN c{i} = {code} THEN {double(1.0)} ELSE {double(0.0)} END"
 
 
-def _sum_sql(q: Query, domain: Domain) -> tuple[str, str | None]:
-    """The per-record sum of a non-marginal query and the column it is split by."""
-    if isinstance(q, Prefix):
-        cond = (
-            " AND ".join(
-                f"u{domain.names.index(c)} <= {double(t)}"
-                for c, t in zip(q.columns, q.thresholds, strict=True)
-            )
-            or "TRUE"
-        )
-        return f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)", q.by
-    if isinstance(q, Halfspace):
-        dot = " + ".join(
-            f"{double(w)} * u{domain.names.index(c)}"
-            for c, w in zip(q.columns, q.theta, strict=True)
-        )
-        return f"SUM(CASE WHEN {dot} > {double(q.tau)} THEN 1 ELSE 0 END)", q.by
-    if isinstance(q, Count):
-        return f"SUM(CASE WHEN {pred_sql(q.predicate, domain)} THEN 1 ELSE 0 END)", None
-    if isinstance(q, Moment):
-        if not q.columns:
-            return f"SUM(CASE WHEN {pred_sql(q.given, domain)} THEN 1 ELSE 0 END)", None
-        prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns)
-        if q.centre is not None:
-            prod = f"({prod} - {double(q.centre)})"
-        return _grid_sum(f"CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END"), None
-    if isinstance(q, CentredProduct):
-        left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
-        c, d = (double(x) for x in q.centres)
-        value = f"({left} - {c}) * ({right} - {d})"
-        if not isinstance(q.given, TruePred):
-            value = f"CASE WHEN {pred_sql(q.given, domain)} THEN {value} ELSE 0.0 END"
-        return _grid_sum(value), None
-    raise TypeError(f"not a query: {q!r}")
+@dataclass(frozen=True)
+class BatchedSum:
+    """One aggregate over ``enc`` (``SUM(...)``), batched with the others split by the codes of
+    the same ``by`` column (None: not split) into one scan."""
+
+    expr: str
+    by: str | None
+
+
+def _count_sum(cond: str) -> str:
+    return f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)"
+
+
+def _prefix_sql(index: int, q: Prefix, domain: Domain) -> BatchedSum:
+    pairs = zip(q.columns, q.thresholds, strict=True)
+    cond = " AND ".join(f"u{domain.names.index(c)} <= {double(t)}" for c, t in pairs)
+    return BatchedSum(_count_sum(cond or "TRUE"), q.by)
+
+
+def _halfspace_sql(index: int, q: Halfspace, domain: Domain) -> BatchedSum:
+    dot = " + ".join(
+        f"{double(w)} * u{domain.names.index(c)}" for c, w in zip(q.columns, q.theta, strict=True)
+    )
+    return BatchedSum(_count_sum(f"{dot} > {double(q.tau)}"), q.by)
+
+
+def _count_sql(index: int, q: Count, domain: Domain) -> BatchedSum:
+    return BatchedSum(_count_sum(pred_sql(q.predicate, domain)), None)
+
+
+def _moment_sql(index: int, q: Moment, domain: Domain) -> BatchedSum:
+    if not q.columns:
+        return BatchedSum(_count_sum(pred_sql(q.given, domain)), None)
+    prod = " * ".join(f"u{domain.names.index(c)}" for c in q.columns)
+    if q.centre is not None:
+        prod = f"({prod} - {double(q.centre)})"
+    value = f"CASE WHEN {pred_sql(q.given, domain)} THEN {prod} ELSE 0.0 END"
+    return BatchedSum(_grid_sum(value), None)
+
+
+def _centred_sql(index: int, q: CentredProduct, domain: Domain) -> BatchedSum:
+    left, right = (_factor_sql(f, domain) for f in (q.left, q.right))
+    c, d = (double(x) for x in q.centres)
+    value = f"({left} - {c}) * ({right} - {d})"
+    if not isinstance(q.given, TruePred):
+        value = f"CASE WHEN {pred_sql(q.given, domain)} THEN {value} ELSE 0.0 END"
+    return BatchedSum(_grid_sum(value), None)
+
+
+def _model_sql(index: int, q: ModelAccuracy, domain: Domain) -> AggregateSQL:
+    return AggregateSQL((index,), None, model_accuracy_sql(q, domain))
 
 
 def _grid_sum(value: str) -> str:
@@ -512,6 +558,19 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
     )
 
 
+QUERY_SQL: dict[type, Callable[[int, Any, Domain], MarginalSQL | AggregateSQL | BatchedSum]] = {
+    Marginal: marginal_sql,
+    Prefix: _prefix_sql,
+    Halfspace: _halfspace_sql,
+    Count: _count_sql,
+    Moment: _moment_sql,
+    CentredProduct: _centred_sql,
+    ModelAccuracy: _model_sql,
+}
+"""The SQL evaluator's query table: node class -> ``handler(index, query, domain)``, a statement
+of its own or a :class:`BatchedSum` that :func:`query_sql` batches with others."""
+
+
 def query_sql(queries: Sequence[Query], domain: Domain) -> list[MarginalSQL | AggregateSQL]:
     """Statements answering ``queries`` (exact sums): one GROUP BY per marginal and one statement
     per model score, the others batched per ``by`` column, at most
@@ -519,13 +578,11 @@ def query_sql(queries: Sequence[Query], domain: Domain) -> list[MarginalSQL | Ag
     out: list[MarginalSQL | AggregateSQL] = []
     groups: dict[str | None, list[tuple[int, str]]] = {}
     for i, q in enumerate(queries):
-        if isinstance(q, Marginal):
-            out.append(marginal_sql(i, q, domain))
-        elif isinstance(q, ModelAccuracy):
-            out.append(AggregateSQL((i,), None, model_accuracy_sql(q, domain)))
+        stmt = dispatch(QUERY_SQL, q)(i, q, domain)
+        if isinstance(stmt, BatchedSum):
+            groups.setdefault(stmt.by, []).append((i, stmt.expr))
         else:
-            expr, by = _sum_sql(q, domain)
-            groups.setdefault(by, []).append((i, expr))
+            out.append(stmt)
     for by, items in groups.items():
         for s in range(0, len(items), AGGREGATES_PER_SELECT):
             part = items[s : s + AGGREGATES_PER_SELECT]

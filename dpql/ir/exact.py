@@ -10,7 +10,9 @@ processed in chunks so memory stays bounded.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,40 +34,64 @@ from dpql.ir.queries import (
     Prefix,
     Query,
     TruePred,
+    dispatch,
     query_grid,
 )
 
 ROW_CHUNK = 1 << 16
 
 
+def _true_mask(p: TruePred, t: EncodedTable) -> np.ndarray:
+    return np.ones(t.n, dtype=bool)
+
+
+def _num_cmp_mask(p: NumCmp, t: EncodedTable) -> np.ndarray:
+    u = t.scaled[p.column]
+    if p.op == "<":
+        return u < p.threshold
+    if p.op == "<=":
+        return u <= p.threshold
+    if p.op == ">":
+        return u > p.threshold
+    return u >= p.threshold
+
+
+def _cat_in_mask(p: CatIn, t: EncodedTable) -> np.ndarray:
+    return np.isin(t.codes[p.column], np.fromiter(p.codes, dtype=np.int32))
+
+
+def _and_mask(p: And, t: EncodedTable) -> np.ndarray:
+    out = np.ones(t.n, dtype=bool)
+    for i in p.items:
+        out &= eval_pred(i, t)
+    return out
+
+
+def _or_mask(p: Or, t: EncodedTable) -> np.ndarray:
+    out = np.zeros(t.n, dtype=bool)
+    for i in p.items:
+        out |= eval_pred(i, t)
+    return out
+
+
+def _not_mask(p: Not, t: EncodedTable) -> np.ndarray:
+    return ~eval_pred(p.item, t)
+
+
+PRED_MASKS: dict[type, Callable[[Any, EncodedTable], np.ndarray]] = {
+    TruePred: _true_mask,
+    NumCmp: _num_cmp_mask,
+    CatIn: _cat_in_mask,
+    And: _and_mask,
+    Or: _or_mask,
+    Not: _not_mask,
+}
+"""The numpy evaluator's predicate table: node class -> boolean row mask."""
+
+
 def eval_pred(p: Pred, t: EncodedTable) -> np.ndarray:
     """Boolean mask of the rows satisfying ``p``."""
-    if isinstance(p, TruePred):
-        return np.ones(t.n, dtype=bool)
-    if isinstance(p, NumCmp):
-        u = t.scaled[p.column]
-        if p.op == "<":
-            return u < p.threshold
-        if p.op == "<=":
-            return u <= p.threshold
-        if p.op == ">":
-            return u > p.threshold
-        return u >= p.threshold
-    if isinstance(p, CatIn):
-        return np.isin(t.codes[p.column], np.fromiter(p.codes, dtype=np.int32))
-    if isinstance(p, And):
-        out = np.ones(t.n, dtype=bool)
-        for i in p.items:
-            out &= eval_pred(i, t)
-        return out
-    if isinstance(p, Or):
-        out = np.zeros(t.n, dtype=bool)
-        for i in p.items:
-            out |= eval_pred(i, t)
-        return out
-    if isinstance(p, Not):
-        return ~eval_pred(p.item, t)
-    raise TypeError(f"not a predicate: {p!r}")
+    return dispatch(PRED_MASKS, p)(p, t)
 
 
 def marginal_counts(columns: Sequence[str], t: EncodedTable) -> np.ndarray:
@@ -75,35 +101,6 @@ def marginal_counts(columns: Sequence[str], t: EncodedTable) -> np.ndarray:
     for c, k in zip(columns, cards, strict=True):
         idx = idx * k + t.codes[c]
     return np.bincount(idx, minlength=int(np.prod(cards))).astype(np.float64)
-
-
-def _label_split(mask_or_weight: np.ndarray, by: str | None, t: EncodedTable) -> np.ndarray:
-    if by is None:
-        return np.array([float(np.sum(mask_or_weight))])
-    return np.bincount(t.codes[by], weights=mask_or_weight, minlength=t.domain.card(by))
-
-
-def _answer_sum(q: Query, t: EncodedTable) -> np.ndarray:
-    if isinstance(q, Marginal):
-        return marginal_counts(q.columns, t)
-    if isinstance(q, Prefix):
-        m = np.ones(t.n, dtype=bool)
-        for c, thr in zip(q.columns, q.thresholds, strict=True):
-            m &= t.scaled[c] <= thr
-        return _label_split(m.astype(np.float64), q.by, t)
-    if isinstance(q, Halfspace):
-        z = np.column_stack([t.scaled[c] for c in q.columns]) @ np.asarray(q.theta)
-        return _label_split((z > q.tau).astype(np.float64), q.by, t)
-    if isinstance(q, Count):
-        return np.array([float(np.sum(eval_pred(q.predicate, t)))])
-    if isinstance(q, Moment):
-        return np.array([float(np.sum(moment_values(q, t)))])
-    if isinstance(q, CentredProduct):
-        return np.array([float(np.sum(centred_values(q, t)))])
-    if isinstance(q, ModelAccuracy):
-        parts = (model_scores(q, t.slice(s, s + ROW_CHUNK)).sum() for s in range(0, t.n, ROW_CHUNK))
-        return np.array([math.fsum(parts)])
-    raise TypeError(f"not a query: {q!r}")
 
 
 def factor_values(f: Factor, t: EncodedTable) -> np.ndarray:
@@ -157,38 +154,105 @@ def model_scores(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
     return out if isinstance(q.given, TruePred) else out * eval_pred(q.given, t)
 
 
+def _marginal_sums(q: Marginal, t: EncodedTable) -> np.ndarray:
+    return marginal_counts(q.columns, t)
+
+
+def _marginal_rows(q: Marginal, t: EncodedTable) -> np.ndarray:
+    cards = [t.domain.card(c) for c in q.columns]
+    idx = np.zeros(t.n, dtype=np.int64)
+    for c, k in zip(q.columns, cards, strict=True):
+        idx = idx * k + t.codes[c]
+    out = np.zeros((t.n, int(np.prod(cards))))
+    out[np.arange(t.n), idx] = 1.0
+    return out
+
+
+def _prefix_hits(q: Prefix, t: EncodedTable) -> np.ndarray:
+    hit = np.ones(t.n, dtype=bool)
+    for c, thr in zip(q.columns, q.thresholds, strict=True):
+        hit &= t.scaled[c] <= thr
+    return hit.astype(np.float64)
+
+
+def _halfspace_hits(q: Halfspace, t: EncodedTable) -> np.ndarray:
+    z = np.column_stack([t.scaled[c] for c in q.columns]) @ np.asarray(q.theta)
+    return (z > q.tau).astype(np.float64)
+
+
+def _by_label_sums(
+    hits: Callable[[Any, EncodedTable], np.ndarray],
+) -> Callable[[Prefix | Halfspace, EncodedTable], np.ndarray]:
+    """Sums of a 0/1 per-row hit, split by the codes of the query's ``by`` column."""
+
+    def sums(q: Prefix | Halfspace, t: EncodedTable) -> np.ndarray:
+        w = hits(q, t)
+        if q.by is None:
+            return np.array([float(np.sum(w))])
+        return np.bincount(t.codes[q.by], weights=w, minlength=t.domain.card(q.by))
+
+    return sums
+
+
+def _by_label_rows(
+    hits: Callable[[Any, EncodedTable], np.ndarray],
+) -> Callable[[Prefix | Halfspace, EncodedTable], np.ndarray]:
+    """Per-row values of a 0/1 hit, one-hot over the codes of the query's ``by`` column."""
+
+    def rows(q: Prefix | Halfspace, t: EncodedTable) -> np.ndarray:
+        w = hits(q, t)[:, None]
+        return w if q.by is None else w * np.eye(t.domain.card(q.by))[t.codes[q.by]]
+
+    return rows
+
+
+def _count_values(q: Count, t: EncodedTable) -> np.ndarray:
+    return eval_pred(q.predicate, t).astype(np.float64)
+
+
+def _scalar(
+    values: Callable[[Any, EncodedTable], np.ndarray],
+) -> tuple[Callable[[Any, EncodedTable], np.ndarray], Callable[[Any, EncodedTable], np.ndarray]]:
+    """(sums, rows) of a scalar query from its per-row values."""
+    return (
+        lambda q, t: np.array([float(np.sum(values(q, t)))]),
+        lambda q, t: values(q, t)[:, None],
+    )
+
+
+def _model_sums(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
+    parts = (model_scores(q, t.slice(s, s + ROW_CHUNK)).sum() for s in range(0, t.n, ROW_CHUNK))
+    return np.array([math.fsum(parts)])
+
+
+@dataclass(frozen=True)
+class QueryRule:
+    """How the numpy evaluator answers one query class: ``sums(q, t)`` the per-cell sums over the
+    rows (length ``q.cells``), ``rows(q, t)`` the per-row values, shape ``(rows, cells)``."""
+
+    sums: Callable[[Any, EncodedTable], np.ndarray]
+    rows: Callable[[Any, EncodedTable], np.ndarray]
+
+
+QUERY_RULES: dict[type, QueryRule] = {
+    Marginal: QueryRule(_marginal_sums, _marginal_rows),
+    Prefix: QueryRule(_by_label_sums(_prefix_hits), _by_label_rows(_prefix_hits)),
+    Halfspace: QueryRule(_by_label_sums(_halfspace_hits), _by_label_rows(_halfspace_hits)),
+    Count: QueryRule(*_scalar(_count_values)),
+    Moment: QueryRule(*_scalar(moment_values)),
+    CentredProduct: QueryRule(*_scalar(centred_values)),
+    ModelAccuracy: QueryRule(_model_sums, _scalar(model_scores)[1]),
+}
+"""The numpy evaluator's query table: node class -> its :class:`QueryRule`."""
+
+
 def per_row(q: Query, t: EncodedTable) -> np.ndarray:
     """Per-record values ``v(x)`` of one query, shape ``(rows, cells)``; ``answer`` is their mean.
 
     Used by post-processing (I-projection reweights rows by these) and by tests. Memory is
     ``rows * cells`` floats: meant for scalar and small vector queries.
     """
-    if isinstance(q, Marginal):
-        cards = [t.domain.card(c) for c in q.columns]
-        idx = np.zeros(t.n, dtype=np.int64)
-        for c, k in zip(q.columns, cards, strict=True):
-            idx = idx * k + t.codes[c]
-        out = np.zeros((t.n, int(np.prod(cards))))
-        out[np.arange(t.n), idx] = 1.0
-        return out
-    if isinstance(q, Prefix | Halfspace):
-        if isinstance(q, Prefix):
-            hit = np.ones(t.n, dtype=bool)
-            for c, thr in zip(q.columns, q.thresholds, strict=True):
-                hit &= t.scaled[c] <= thr
-        else:
-            hit = np.column_stack([t.scaled[c] for c in q.columns]) @ np.asarray(q.theta) > q.tau
-        hit = hit.astype(np.float64)[:, None]
-        return hit if q.by is None else hit * np.eye(t.domain.card(q.by))[t.codes[q.by]]
-    if isinstance(q, Count):
-        return eval_pred(q.predicate, t).astype(np.float64)[:, None]
-    if isinstance(q, Moment):
-        return moment_values(q, t)[:, None]
-    if isinstance(q, CentredProduct):
-        return centred_values(q, t)[:, None]
-    if isinstance(q, ModelAccuracy):
-        return model_scores(q, t)[:, None]
-    raise TypeError(f"not a query: {q!r}")
+    return dispatch(QUERY_RULES, q).rows(q, t)
 
 
 def answer(q: Query, t: EncodedTable) -> np.ndarray:
@@ -228,7 +292,7 @@ def sums_all(queries: Sequence[Query], t: EncodedTable) -> list[np.ndarray]:
         if isinstance(q, Halfspace):
             groups.setdefault((q.columns, q.by), []).append(i)
         else:
-            out[i] = _answer_sum(q, t)
+            out[i] = dispatch(QUERY_RULES, q).sums(q, t)
     for idxs in groups.values():
         sums = _halfspace_block_sums([queries[i] for i in idxs], t)  # type: ignore[misc]
         for i, s in zip(idxs, sums, strict=True):

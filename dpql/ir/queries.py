@@ -21,9 +21,9 @@ and can be hashed.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar, get_args
 
 from dpql.domain import Domain
 
@@ -71,6 +71,9 @@ class TruePred:
 
 
 Pred = NumCmp | CatIn | And | Or | Not | TruePred
+
+PRED_TYPES: tuple[type, ...] = get_args(Pred)
+"""Every predicate node class: each evaluator's predicate table has an entry for each."""
 
 
 def pred_columns(p: Pred) -> tuple[str, ...]:
@@ -350,6 +353,23 @@ class ModelAccuracy:
 
 
 Query = Marginal | Prefix | Halfspace | Count | Moment | CentredProduct | ModelAccuracy
+
+QUERY_TYPES: tuple[type, ...] = get_args(Query)
+"""Every query node class: each evaluator's query table has an entry for each."""
+
+Handler = TypeVar("Handler", bound=Callable[..., object])
+
+
+def dispatch(table: Mapping[type, Handler], node: object) -> Handler:
+    """The handler of ``node``'s class in an evaluator's dispatch table (a dict from IR node
+    class to handler). Every evaluator (:mod:`dpql.ir.exact`, :mod:`dpql.data.sql`,
+    :mod:`dpql.plan.describe`) keeps one table per node family, with an entry for every class of
+    :data:`PRED_TYPES` or :data:`QUERY_TYPES`; a value of any other class raises TypeError."""
+    try:
+        return table[type(node)]
+    except KeyError:
+        raise TypeError(f"not an IR node this evaluator handles: {node!r}") from None
+
 
 QUERY_KINDS: tuple[str, ...] = ("marginal", "prefix", "halfspace", "count", "moment")
 
