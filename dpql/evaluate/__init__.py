@@ -9,7 +9,7 @@ ones benchmarks should reuse rather than copy (the DP-auto-GAN metrics live in
 imported lazily; without them a :class:`MissingExtraError` gives the install hint.
 """
 
-from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
+from dpql.evaluate.deps import INSTALL_HINT, MissingExtraError
 from dpql.evaluate.encode import encode_table
 from dpql.evaluate.metrics import (
     correlation_l1,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 import pandas as pd
 
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
-from dpql.evaluate._deps import INSTALL_HINT, MissingExtraError
+from dpql.evaluate.deps import INSTALL_HINT, MissingExtraError
 from dpql.evaluate.metrics import readable
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report
 

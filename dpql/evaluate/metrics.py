@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable, NumericColumn
-from dpql.evaluate._deps import gan_metrics
+from dpql.evaluate.deps import gan_metrics
 from dpql.evaluate.encode import encode_table
 
 # ------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ another; gradient boosting instead splits natively on category codes. A categori
 classes are its domain codes; for a two-valued label the *positive* class is the second value
 of the domain (e.g. ``">50K"`` for ``[<=50K, >50K]``), as in `spec/language.md` section 5.
 
-scikit-learn is imported lazily (:mod:`dpql.evaluate._deps`).
+scikit-learn is imported lazily (:mod:`dpql.evaluate.deps`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dpql.domain import CategoricalColumn, Domain, EncodedTable
-from dpql.evaluate._deps import require
+from dpql.evaluate.deps import require
 from dpql.evaluate.encode import encode_table
 from dpql.evaluate.metrics import correlation_matrix
 from dpql.ir.exact import design_matrix, eval_pred

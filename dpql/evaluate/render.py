@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dpql.evaluate._deps import require
+from dpql.evaluate.deps import require
 from dpql.evaluate.metrics import Histogram, readable
 from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport
 from dpql.io import CURATOR_MODE, atomic_path

@@ -19,7 +19,7 @@ import pandas as pd
 from dpql.data.codec import MissingPolicy
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos, did_you_mean
 from dpql.domain import CategoricalColumn, Domain, EncodedTable
-from dpql.evaluate._deps import gan_metrics, require
+from dpql.evaluate.deps import gan_metrics, require
 from dpql.evaluate.encode import encode_table
 from dpql.evaluate.metrics import (
     DimensionWiseProbability,

@@ -97,7 +97,10 @@ def _newton(
         f, g, H = terms(lam)
         it = 0
         for it in range(1, max_iter + 1):  # noqa: B007 (it is returned)
-            if _kkt(np.asarray(-g), lam, gamma) <= tol or np.max(np.abs(lam)) > lam_cap:
+            if (
+                residual_kkt_violation(np.asarray(-g), lam, gamma) <= tol
+                or np.max(np.abs(lam)) > lam_cap
+            ):
                 break
             d = np.asarray(_prox_newton_step(g, H, jnp.asarray(lam), gj, SWEEPS))
             obj = f + gamma @ np.abs(lam)
@@ -213,7 +216,10 @@ def solve_dual(
     return DualSolution(lam, w / w.sum(), it, method)
 
 
-def _kkt(r: np.ndarray, lam: np.ndarray, gamma: np.ndarray) -> float:
+def residual_kkt_violation(r: np.ndarray, lam: np.ndarray, gamma: np.ndarray) -> float:
+    """:func:`kkt_violation` from the residual ``r = E_w f - a*``: the larger of the worst
+    feasibility excess ``|r| - gamma`` and the worst slackness gap ``|r - gamma * sign(lambda)|``
+    where ``lambda != 0``."""
     feas = np.maximum(np.abs(r) - gamma, 0.0)
     slack = np.where(lam != 0, np.abs(r - gamma * np.sign(lam)), 0.0)
     return float(max(feas.max(initial=0.0), slack.max(initial=0.0)))
@@ -227,7 +233,9 @@ def kkt_violation(
     lambda != 0 (the Lagrangian of (3), Wang et al. 2023, App. A.1); w ∝ exp(-Fc lambda) holds by
     construction."""
     r = sol.weights @ F - target
-    return _kkt(r, sol.lam, np.broadcast_to(np.asarray(gamma, dtype=np.float64), r.shape))
+    return residual_kkt_violation(
+        r, sol.lam, np.broadcast_to(np.asarray(gamma, dtype=np.float64), r.shape)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,9 +330,9 @@ def solve_penalised(
     smooth after the split ``lambda_k = p_k - q_k`` with ``p_k, q_k >= 0`` (bounds). The ``G``
     queries are sparse (:class:`SparseQueries`), so an evaluation costs O(rows (K + number of
     queries)) whatever their cell count. Returns the solution (``lam`` the K duals; ``method``
-    ``"lbfgs"``), ``mu`` and the KKT violation (:func:`_kkt` on the F columns, the largest
-    gradient entry on the G ones). ``start`` (lambda then mu) and ``weights`` (where to take
-    the diagonal preconditioner) warm-start it."""
+    ``"lbfgs"``), ``mu`` and the KKT violation (:func:`residual_kkt_violation` on the F columns,
+    the largest gradient entry on the G ones). ``start`` (lambda then mu) and ``weights`` (where
+    to take the diagonal preconditioner) warm-start it."""
     from scipy.optimize import minimize
 
     K = F.shape[1]
@@ -391,7 +399,7 @@ def solve_penalised(
     z = unpack(res.x / root)
     _, grad, w = smooth(z)
     viol = max(
-        _kkt(-grad[:K], z[:K], gam), float(np.max(np.abs(grad[K:]), initial=0.0))
+        residual_kkt_violation(-grad[:K], z[:K], gam), float(np.max(np.abs(grad[K:]), initial=0.0))
     )
     sol = DualSolution(z[:K], w, int(res.nit), "lbfgs")
     return sol, z[K:], viol

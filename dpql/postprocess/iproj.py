@@ -54,7 +54,7 @@ from dpql.plan.requirements import Release, joint_release, release_rhos
 from dpql.postprocess.dual import (
     DualSolution,
     SparseQueries,
-    _kkt,
+    residual_kkt_violation,
     solve_dual,
     solve_penalised,
 )
@@ -573,9 +573,9 @@ def iproject(
         )
     resid = sol.weights @ Fk - target - ridge * sol.lam
     if penal is None or not move:
-        viol = _kkt(resid, sol.lam, gam) if move else 0.0
+        viol = residual_kkt_violation(resid, sol.lam, gam) if move else 0.0
     else:  # the smooth problem's KKT violation, workload duals included, at the kept solution
-        viol = smooth_viol.get(id(sol), _kkt(resid, sol.lam, gam))
+        viol = smooth_viol.get(id(sol), residual_kkt_violation(resid, sol.lam, gam))
     # the box columns (after the K measures) count in the KKT check only
     box_cols = Fk[:, K:]
     Fk, target, lam = Fk[:, :K], target[:K], sol.lam[:K]

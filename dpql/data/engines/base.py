@@ -37,7 +37,7 @@ class MeasurementEngine(Protocol):
     def close(self) -> None: ...
 
 
-def _arrow_table(batch: Any, domain: Domain) -> EncodedTable:
+def arrow_table(batch: Any, domain: Domain) -> EncodedTable:
     """An Arrow batch with columns ``c{i}`` (and ``u{i}`` for numeric columns) as a table."""
     names = batch.schema.names
     codes, scaled = {}, {}
@@ -49,7 +49,7 @@ def _arrow_table(batch: Any, domain: Domain) -> EncodedTable:
     return EncodedTable(domain, codes, scaled)
 
 
-def _engine_message(engine: str, text: str) -> str:
+def engine_message(engine: str, text: str) -> str:
     """An engine's own message, for the curator-only ``Diagnostic.values`` (it may quote data)."""
     first = text.strip().splitlines()[0] if text.strip() else ""
     return f"{engine}'s message: {first}"

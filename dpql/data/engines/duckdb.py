@@ -15,8 +15,8 @@ import numpy as np
 
 from dpql.data import sql
 from dpql.data.codec import MissingPolicy
-from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message
-from dpql.data.engines.sql_engine import _SQLEngine
+from dpql.data.engines.base import STREAM_ROWS, arrow_table, engine_message
+from dpql.data.engines.sql_engine import SQLEngine
 from dpql.data.load import (
     MAX_LINE_BYTES,
     SHOW_MESSAGE,
@@ -31,7 +31,7 @@ from dpql.domain import Domain, EncodedTable
 from dpql.ir.queries import Marginal
 
 
-class DuckDBEngine(_SQLEngine):
+class DuckDBEngine(SQLEngine):
     """CSV/Parquet scanned out of core by DuckDB (see the module docstring).
 
     ``memory_limit`` (DuckDB syntax, e.g. ``"1GB"``) and ``threads`` bound the resources; what
@@ -114,7 +114,7 @@ class DuckDBEngine(_SQLEngine):
                 f"cannot read '{path}' (DuckDB: {type(e).__name__})",
                 path,
                 "check that the file is valid CSV (UTF-8) or Parquet; " + SHOW_MESSAGE,
-                _engine_message("DuckDB", str(e)),
+                engine_message("DuckDB", str(e)),
             ) from None
         except duckdb.Error as e:  # out of memory or disk, mostly
             raise error(
@@ -123,7 +123,7 @@ class DuckDBEngine(_SQLEngine):
                 path,
                 "raise the engine's memory_limit or free space in the temporary directory; "
                 + SHOW_MESSAGE,
-                _engine_message("DuckDB", str(e)),
+                engine_message("DuckDB", str(e)),
             ) from None
 
     def _count_upto(self, limit: int) -> int:
@@ -181,7 +181,7 @@ class DuckDBEngine(_SQLEngine):
     def encoded_batches(self, rows: int = STREAM_ROWS) -> Iterator[EncodedTable]:
         """One more scan of the source (``coded``), streamed in Arrow batches."""
         for batch in self._con.sql(sql.encoded_sql(self._domain)).to_arrow_reader(rows):
-            yield _arrow_table(batch, self._domain)
+            yield arrow_table(batch, self._domain)
 
     def close(self) -> None:
         con = getattr(self, "_con", None)

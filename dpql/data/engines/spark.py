@@ -19,8 +19,8 @@ import numpy as np
 
 from dpql.data import sql
 from dpql.data.codec import MissingPolicy
-from dpql.data.engines.base import STREAM_ROWS, _arrow_table, _engine_message
-from dpql.data.engines.sql_engine import _SQLEngine
+from dpql.data.engines.base import STREAM_ROWS, arrow_table, engine_message
+from dpql.data.engines.sql_engine import SQLEngine
 from dpql.data.load import (
     MAX_LINE_BYTES,
     SHOW_MESSAGE,
@@ -105,7 +105,7 @@ def local_spark_session(workdir: str, *, threads: int = 2, driver_memory: str = 
         return builder.getOrCreate()
 
 
-class SparkEngine(_SQLEngine):
+class SparkEngine(SQLEngine):
     """The SQL engine on Spark: the file is read by Spark (CSV as text with the header's column
     names, Parquet with its types), ``cube`` and ``enc`` are cached (memory and disk), the
     queries run as Spark SQL aggregations, all marginals in one job of per-partition
@@ -223,14 +223,14 @@ class SparkEngine(_SQLEngine):
                     f"cannot read '{path}' (Spark: {kind})",
                     path,
                     "check that the file is valid CSV (UTF-8) or Parquet; " + SHOW_MESSAGE,
-                    _engine_message("Spark", text),
+                    engine_message("Spark", text),
                 ) from None
             raise error(
                 "E410",
                 f"Spark failed on '{path}' ({kind})",
                 path,
                 "raise the driver memory or free space in the temporary directory; " + SHOW_MESSAGE,
-                _engine_message("Spark", text),
+                engine_message("Spark", text),
             ) from None
 
     def _malformed(self) -> str | None:
@@ -285,7 +285,7 @@ class SparkEngine(_SQLEngine):
         try:
             for part in sorted(Path(out).glob("*.parquet")):
                 for batch in pq.ParquetFile(part).iter_batches(rows):
-                    yield _arrow_table(batch, self._domain)
+                    yield arrow_table(batch, self._domain)
         finally:
             shutil.rmtree(out, ignore_errors=True)
 

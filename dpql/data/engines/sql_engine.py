@@ -26,7 +26,7 @@ from dpql.domain import Domain, EncodedTable
 from dpql.ir.queries import Marginal, Query
 
 
-class _SQLEngine:
+class SQLEngine:
     """The encoding and query protocol shared by the SQL engines (see :mod:`dpql.data.sql`).
 
     Subclasses connect, expose the raw file as relation ``source`` and implement
