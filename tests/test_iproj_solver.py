@@ -28,7 +28,7 @@ from dpql.ir.queries import (
     Tolerance,
 )
 from dpql.plan.requirements import expand_requirements
-from dpql.postprocess import dual, iproj
+from dpql.postprocess import dual, hull, iproj
 
 REQS = [
     CorrRequirement(a, b, Tolerance(within=0.05))
@@ -89,13 +89,13 @@ def test_stochastic_solver_agrees_with_newton() -> None:
 def test_hull_projection_is_the_euclidean_projection() -> None:
     F, _ = _random_problem(2, m=300, k=4)
     a = F.max(axis=0) + 0.05  # outside the hull
-    h = iproj.project_to_hull(F, a)
+    h = hull.project_to_hull(F, a)
     # optimality of the projection x*: (a - x*) . (F_s - x*) <= 0 for every point of the hull
     assert np.max((F - h.projection) @ (a - h.projection)) <= 1e-6
     assert h.distance == pytest.approx(np.linalg.norm(a - h.projection))
     assert h.distance > 0.05
     inside = F.mean(axis=0) * 0.7 + F[0] * 0.3
-    assert iproj.project_to_hull(F, inside).distance < 1e-6
+    assert hull.project_to_hull(F, inside).distance < 1e-6
 
 
 def _measurement(real, target: np.ndarray, sigma: float = 1e-3) -> iproj.Measurement:
@@ -222,7 +222,7 @@ def test_noise_that_breaks_an_identity_is_projected_away_without_bias() -> None:
     np.testing.assert_allclose(res.target, true, atol=1e-9)
     assert res.projection_distance == pytest.approx(0.003 * math.sqrt(2), rel=1e-6)
     assert "W504" not in [d.code for d in res.diagnostics]
-    aff = iproj.project_to_affine_hull(iproj.features(MIXED, syn), noisy)
+    aff = hull.project_to_affine_hull(iproj.features(MIXED, syn), noisy)
     np.testing.assert_allclose(aff, true, atol=1e-9)
 
 

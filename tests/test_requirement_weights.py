@@ -29,7 +29,7 @@ from dpql.lang.ast import to_dsl
 from dpql.lang.parser import parse_requirement, parse_requirements
 from dpql.plan.requirements import expand_requirements
 from dpql.plan.resolve import resolve_requirements
-from dpql.postprocess import iproj
+from dpql.postprocess import hull, iproj
 
 TOL = Tolerance(within=0.05)
 
@@ -129,17 +129,17 @@ def test_weighted_hull_projection_is_optimal_in_the_noise_metric() -> None:
     F = rng.random((300, 4)) ** 2
     a = F.max(axis=0) + np.array([0.05, -0.4, 0.02, 0.3])
     scale = np.array([1.0, 10.0, 0.5, 3.0])  # 1 / sigma
-    h = iproj.project_to_hull(F, a, scale=scale)
+    h = hull.project_to_hull(F, a, scale=scale)
     w = scale**2
     # first-order optimality of x* in the metric sum_k w_k (.)_k^2 over the hull:
     # (a - x*)' W (F_i - x*) <= 0 for every row
     assert np.max((F - h.projection) @ (w * (a - h.projection))) <= 1e-6
     assert h.distance == pytest.approx(np.linalg.norm(scale * (a - h.projection)))
-    euclid = iproj.project_to_hull(F, a)
+    euclid = hull.project_to_hull(F, a)
     assert np.linalg.norm(scale * (a - euclid.projection)) > h.distance + 1e-6
     # the affine-hull step in the same metric: a residual W-orthogonal to the hull's directions
     G = np.vstack([F[:3], F[:3].mean(axis=0) + 0.1 * (F[1] - F[0])])  # rank-2 affine hull
-    p = iproj.project_to_affine_hull(G, a, scale=scale)
+    p = hull.project_to_affine_hull(G, a, scale=scale)
     np.testing.assert_allclose((G[1:] - G[0]) @ (w * (a - p)), 0.0, atol=1e-9)
 
 

@@ -26,6 +26,9 @@ for improving utility on selected measures" (sec. 3, Theorem 1, Algorithm 1; App
    the paper's stochastic compositional proximal gradient (Algorithm 1, log-domain tau).
 4. :func:`dpql.sampling.resample` -- draw rows with probabilities ``w`` (non-DP seed, recorded).
 
+Step 2 lives in :mod:`dpql.postprocess.hull`, step 3 in :mod:`dpql.postprocess.dual`, step 4 in
+:mod:`dpql.sampling`; this module measures and runs the whole step (:func:`iproject`).
+
 Everything after step 1 is post-processing of DP outputs. Diagnostics (stable codes):
 ``E503`` no usable synthetic rows; ``W501`` one distinct row (nothing can move); ``W502`` a measure
 is constant on the synthetic rows; ``W503`` rows with NaN dropped from the support; ``W504`` the
@@ -40,7 +43,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -58,11 +61,9 @@ from dpql.postprocess.dual import (
     solve_dual,
     solve_penalised,
 )
+from dpql.postprocess.hull import project_to_affine_hull, project_to_hull
 from dpql.privacy.mechanisms import gaussian_sigma
 from dpql.sampling import resample
-
-if TYPE_CHECKING:
-    pass
 
 PHASE = "iproj.measure"
 
@@ -220,63 +221,7 @@ def features(queries: Sequence[Query], table: EncodedTable) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. Denoise: Euclidean projection onto the convex hull of the rows' query vectors
-
-
-@dataclass(frozen=True, eq=False)
-class HullProjection:
-    """The point of the hull nearest to ``a`` and ``distance`` = ||a - projection||_2."""
-
-    projection: np.ndarray
-    distance: float
-
-
-def project_to_hull(
-    F: np.ndarray, a: np.ndarray, scale: np.ndarray | None = None
-) -> HullProjection:
-    """Denoise ``a`` onto the achievable set {sum_i p_i F_i : p in the simplex} (the paper's QP for
-    the Gaussian mechanism, sec. 3 / App. B) over the *distinct* rows.
-
-    ``scale`` (K,) weighs the cells: the projection minimises ``||scale * (a - x)||_2`` (with
-    ``scale = 1 / sigma`` the maximum-likelihood point under independent Gaussian noise);
-    ``distance`` is measured in that metric. Default: Euclidean.
-    Solved exactly by Lawson-Hanson NNLS (active set; at most K + 1 rows carry weight) with the
-    simplex constraint ``1'p = 1`` as a heavily weighted extra row; p is then renormalised so the
-    projection is an exact convex combination (reachable by construction).
-    """
-    from scipy.optimize import nnls
-
-    s = np.ones(F.shape[1]) if scale is None else np.asarray(scale, dtype=np.float64)
-    uniq = np.unique(F, axis=0)
-    big = 1e3 * max(1.0, float(np.abs(uniq * s).max()))
-    A = np.vstack([(uniq * s).T, np.full(uniq.shape[0], big)])
-    p, _ = nnls(A, np.append(a * s, big), maxiter=50 * A.shape[1])
-    x = (p / p.sum()) @ uniq
-    return HullProjection(x, float(np.linalg.norm(s * (a - x))))
-
-
-def project_to_affine_hull(
-    F: np.ndarray, a: np.ndarray, rtol: float = 1e-10, scale: np.ndarray | None = None
-) -> np.ndarray:
-    """Projection of ``a`` onto the affine hull of the rows of ``F`` (Euclidean, or in the metric
-    ``||scale * (.)||_2`` when ``scale`` is given, as in :func:`project_to_hull`).
-
-    Linear identities that hold on every row (redundant measures: ``count(sex == "Female") +
-    count(sex == "Male") = 1``) hold on every reweighting too; noise breaks them in the answers.
-    The hull lies in the affine hull, so by Pythagoras projecting onto it first does not change
-    the hull projection, and it tells the two apart: a point that only violates identities lands
-    inside the hull, where no boundary correction (``eta``) is needed.
-    """
-    s = np.ones(F.shape[1]) if scale is None else np.asarray(scale, dtype=np.float64)
-    uniq = np.unique(F, axis=0) * s  # the whitened coordinates, where the metric is Euclidean
-    center = uniq.mean(axis=0)
-    _, sv, vt = np.linalg.svd(uniq - center, full_matrices=False)
-    basis = vt[: int(np.sum(sv > rtol * max(float(sv.max(initial=0.0)), 1e-300)))]
-    return (center + ((a * s - center) @ basis.T) @ basis) / s
-
-
-# ---------------------------------------------------------------------------------------------
-# 4. Resample; the whole post-processing step
+# The whole post-processing step (denoise: dpql.postprocess.hull; resample: dpql.sampling)
 
 
 @dataclass(frozen=True, eq=False)
