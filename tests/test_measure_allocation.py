@@ -21,7 +21,8 @@ from dpql.ir.queries import (
     TruePred,
     joint_l2_sensitivity,
 )
-from dpql.plan.requirements import expand_requirements, value_sd
+from dpql.plan.estimates import value_sd
+from dpql.plan.requirements import expand_requirements
 from dpql.postprocess import iproj
 from dpql.postprocess.allocation import ALLOCATION_FLOOR, allocation_scales
 from dpql.privacy.mechanisms import gaussian_sigma

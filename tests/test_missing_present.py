@@ -11,13 +11,8 @@ from dpql.data.codec import encode_frame
 from dpql.domain import CategoricalColumn, Domain, NumericColumn, numeric_edges
 from dpql.ir.exact import answer_all
 from dpql.ir.queries import CatIn, CorrRequirement, MeanRequirement, ModelRequirement, Tolerance
-from dpql.plan.requirements import (
-    predicted_error,
-    present,
-    requirement_queries,
-    requirement_value,
-    value_sd,
-)
+from dpql.plan.estimates import predicted_error, requirement_value, value_sd
+from dpql.plan.requirements import present, requirement_queries
 from dpql.postprocess.accept import build_test, finite_rows
 
 N = 4000

@@ -173,7 +173,8 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
 
     from dpql.data.codec import encode_frame
     from dpql.ir.queries import joint_l2_sensitivity
-    from dpql.plan.requirements import release_rhos, value_sd
+    from dpql.plan.estimates import value_sd
+    from dpql.plan.requirements import release_rhos
     from dpql.postprocess.allocation import allocation_scales
     from dpql.postprocess.centre import keep_planned_l2, recentre
     from dpql.postprocess.iproj import features

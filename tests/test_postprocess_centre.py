@@ -26,12 +26,8 @@ from dpql.ir.queries import (
     joint_l2_sensitivity,
     on_centre_grid,
 )
-from dpql.plan.requirements import (
-    expand_requirements,
-    numeric_gradient,
-    parts_and_fn,
-    requirement_value,
-)
+from dpql.plan.estimates import numeric_gradient, requirement_value
+from dpql.plan.requirements import expand_requirements, parts_and_fn
 from dpql.postprocess import run
 from dpql.postprocess.centre import centred_requirement, keep_planned_l2, recentre
 

@@ -25,16 +25,15 @@ from dpql.ir.queries import (
     TruePred,
     joint_l2_sensitivity,
 )
-from dpql.plan.requirements import (
+from dpql.plan.estimates import (
     PLANNING_SD,
     delta_method_sd,
-    expand_requirements,
     predicted_error,
-    product_query,
     requirement_value,
     smallest_epsilon_for,
     uniform_prior_probability,
 )
+from dpql.plan.requirements import expand_requirements, product_query
 
 TOL = Tolerance(within=0.05)
 BOUND = Tolerance(op=">=", bound=0.7)

@@ -116,7 +116,8 @@ def real_values(req, released, real) -> tuple[float, float]:
     """The requirement's value on the released and on the real table (exact)."""
     from dpql.ir.exact import answer_all, per_row
     from dpql.ir.queries import ModelRequirement
-    from dpql.plan.requirements import requirement_queries, requirement_value
+    from dpql.plan.estimates import requirement_value
+    from dpql.plan.requirements import requirement_queries
     from dpql.postprocess.accept import finite_rows, fit_model
 
     if isinstance(req, ModelRequirement):

@@ -144,6 +144,7 @@ ENTRIES.error(
 # requirements and post-processing (E5xx, W5xx)
 
 REQUIREMENTS, ACCEPTANCE = "dpql.plan.requirements", "dpql.plan.acceptance"
+ESTIMATES = "dpql.plan.estimates"
 IPROJ = "dpql.postprocess.iproj"
 
 ENTRIES.error(
@@ -156,7 +157,7 @@ ENTRIES.error(
     "E502",
     "a requirement's value is undefined on the noisy answers (constant column, empty condition)",
     COMPILE,
-    REQUIREMENTS,
+    ESTIMATES,
 )
 ENTRIES.error(
     "E503",

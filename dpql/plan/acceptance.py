@@ -21,12 +21,8 @@ from dpql.ir.queries import (
     Requirement,
     Tolerance,
 )
-from dpql.plan.requirements import (
-    VARIANCE_RTOL,
-    delta_method_sd,
-    normaliser,
-    predicted_error,
-)
+from dpql.plan.estimates import delta_method_sd, predicted_error
+from dpql.plan.requirements import VARIANCE_RTOL, normaliser
 
 if TYPE_CHECKING:  # jax stays out of plan-time imports
     pass
@@ -116,7 +112,7 @@ def predicted_sd(
 ) -> float:
     """Predicted sd of the DP value a requirement is judged on (its tolerance's units).
 
-    Moment requirements: :func:`dpql.plan.requirements.predicted_error` at the I-projection's
+    Moment requirements: :func:`dpql.plan.estimates.predicted_error` at the I-projection's
     per-measure ``sigma_measure``. Model requirements: the test metric's sd by the delta method
     at the uniform-prior parts (:data:`_PRIOR_PARTS`), measured parts at ``sigma_test`` (the
     ``accept`` release), reused label moments at ``sigma_measure``. Accuracy: ``sigma_test``.

@@ -582,7 +582,7 @@ def _epsilon_for_rho(rho: float, budget: Budget, hi: float = 1e3) -> float:
 
 
 def _smallest_epsilon(sd_unit: float, tolerance: float, budget: Budget, hi: float = 1e3) -> float:
-    """Smallest release epsilon with ``Z * sd <= tolerance`` (``requirements.smallest_epsilon_for``
+    """Smallest release epsilon with ``Z * sd <= tolerance`` (``estimates.smallest_epsilon_for``
     without the bisection): the sd at rho is ``sd_unit / sqrt(rho)``, so the tolerance needs
     ``rho >= (Z sd_unit / tolerance)^2`` of dpql's own budget, which costs
     ``eps_from_rho(rho, delta left)`` on top of an external table's epsilon. At least the

@@ -20,7 +20,7 @@ What each release *needs* (rho-zCDP; every sd is ``Delta / sqrt(2 rho)`` at repl
 sensitivity ``Delta``, so a need is a closed form, with no search):
 
 * a ``corr`` / ``mean`` / ``count`` requirement: the rho at which its predicted test sd (the
-  delta method at the public *planning* moments, ``requirements.predicted_error``, equal noise
+  delta method at the public *planning* moments, ``estimates.predicted_error``, equal noise
   on its release's measures) is ``t / Z``: ``rho = (Z sd_1 / t)^2`` with ``sd_1`` the sd at
   rho = 1. ``Z sd <= t`` is the reachability threshold of W506 (the DP test can decide the
   tolerance). Compile's rule (``docs/postprocess.md``) passes a requirement when ``|v -
@@ -36,7 +36,7 @@ sensitivity ``Delta``, so a need is a closed form, with no search):
   (``dpql.postprocess.centre``), which halves its need. Not with a fixed share (its
   surplus is spread anyway) nor with weights. The planning moments put every numeric
   column at the spread of the symmetric triangular distribution on its public bounds (sd =
-  range / sqrt(24); ``requirements.PLANNING_SD``), not the uniform one (range / sqrt(12)): a
+  range / sqrt(24); ``estimates.PLANNING_SD``), not the uniform one (range / sqrt(12)): a
   correlation's sd scales as ``1 / (sd_a sd_b)``, so the uniform spread, the widest a bounded
   column plausibly has, under-funded every correlation between concentrated columns (on Adult
   the test sd of corr(age, hours_per_week) was 1.8x the planned one: 0.045 against 0.0245;
@@ -95,7 +95,8 @@ from fractions import Fraction
 from dpql.domain import Domain
 from dpql.ir.queries import ModelRequirement, Requirement, joint_l2_sensitivity
 from dpql.plan.acceptance import Z, acceptance_queries, predicted_sd, tested_metric
-from dpql.plan.requirements import Release, RequirementMeasures, piloted, predicted_error
+from dpql.plan.estimates import predicted_error
+from dpql.plan.requirements import Release, RequirementMeasures, piloted
 
 AUTO_SHARE_CAP = Fraction(1, 2)  # at most this share of the release goes to post-processing
 ACCEPT_SD_FRACTION = 0.125  # a test's sd at most t / 8 (its 2 sd band a quarter of t)

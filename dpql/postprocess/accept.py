@@ -88,14 +88,8 @@ from dpql.plan.acceptance import (
     plan_diagnostics,
     tested_metric,
 )
-from dpql.plan.requirements import (
-    delta_method_sd,
-    normaliser,
-    present_of,
-    requirement_queries,
-    requirement_value,
-    value_sd,
-)
+from dpql.plan.estimates import delta_method_sd, requirement_value, value_sd
+from dpql.plan.requirements import normaliser, present_of, requirement_queries
 from dpql.postprocess.risk import RiskBound, excess_risk_bound
 from dpql.privacy.mechanisms import gaussian_sigma
 

@@ -13,12 +13,8 @@ import numpy as np
 
 from dpql.domain import Domain
 from dpql.ir.queries import ModelRequirement, Query, Requirement
-from dpql.plan.requirements import (
-    RequirementMeasures,
-    lookup_part,
-    numeric_gradient,
-    parts_and_fn,
-)
+from dpql.plan.estimates import numeric_gradient
+from dpql.plan.requirements import RequirementMeasures, lookup_part, parts_and_fn
 
 ALLOCATION_SWEEPS = 200  # fixed-point iterations of allocation_scales (a few dozen suffice)
 # Smallest precision c_k^2 of a cell (the mean is 1): noise at most 1/sqrt(0.05) = 4.5x the

@@ -29,7 +29,8 @@ from dpql.diagnostics import DiagnosticError
 from dpql.domain import Domain
 from dpql.ir.queries import ModelRequirement, Query, Requirement
 from dpql.plan.acceptance import Z
-from dpql.plan.requirements import piloted, requirement_value, value_sd
+from dpql.plan.estimates import requirement_value, value_sd
+from dpql.plan.requirements import piloted
 
 RoleName = Literal["inside", "constrained", "no_room", "unbanded"]
 
@@ -117,7 +118,7 @@ def decide_roles(
     """Each requirement's role (module docstring). ``index[i]`` are requirement i's measure
     cells; ``noisy`` / ``sigma`` the measurement (DP outputs), ``before`` the measures on the
     synthetic table. A piloted logistic's value is its pilot accuracy (one cell); a corr / mean /
-    count's is :func:`~dpql.plan.requirements.requirement_value`, its sd the delta method at the
+    count's is :func:`~dpql.plan.estimates.requirement_value`, its sd the delta method at the
     table's moments."""
     at_noisy = dict(zip(queries, np.asarray(noisy, dtype=float).tolist(), strict=True))
     at_before = dict(zip(queries, np.asarray(before, dtype=float).tolist(), strict=True))
@@ -165,7 +166,7 @@ def value_at(
     role: Role, req: Requirement, queries: Sequence[Query], at: np.ndarray, domain: Domain
 ) -> float:
     """The requirement's value at the measures ``at`` (NaN where undefined): a pilot's accuracy
-    cell, or :func:`~dpql.plan.requirements.requirement_value`."""
+    cell, or :func:`~dpql.plan.estimates.requirement_value`."""
     if isinstance(req, ModelRequirement):
         assert role.gradient is not None
         return float(role.gradient @ at)
