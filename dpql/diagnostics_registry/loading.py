@@ -375,6 +375,14 @@ ENTRIES.warning(
 # the DSL (E2xx syntax, E3xx/W3xx semantics); the same rows are in spec/language.md §7
 
 PARSER, RESOLVE = "dpql.lang.parser", "dpql.plan.resolve"
+PREDICATES = "dpql.plan.resolve_predicates"  # columns and predicates, for workload and requirements
+RESOLVED_IN = {
+    "E301": (PREDICATES,),
+    "E302": (RESOLVE, PREDICATES),
+    "E303": (PREDICATES,),
+    "E304": (PREDICATES,),
+    "E306": (PREDICATES,),
+}
 
 for _code, _title in [
     ("E201", "unexpected token (the message lists what was expected)"),
@@ -423,14 +431,14 @@ for _code, _title in [
         "the whole workload expands to more than 1,000,000 queries or 100,000,000 answer cells",
     ),
 ]:
-    ENTRIES.error(_code, _title, PLANS, RESOLVE)
+    ENTRIES.error(_code, _title, PLANS, *RESOLVED_IN.get(_code, (RESOLVE,)))
 
 ENTRIES.warning(
     "W301",
     "numeric threshold outside the column's `[min, max]`: values are clipped, so the comparison "
     "is constant",
     PLANS,
-    RESOLVE,
+    PREDICATES,
 )
 ENTRIES.warning(
     "W302", "marginal with more cells than `n`: most of its cells will be noise", PLANS, RESOLVE

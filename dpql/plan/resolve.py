@@ -16,6 +16,9 @@ spec file (codes E3xx/W3xx, table in spec/language.md):
   bounds, so the comparison is constant on the declared domain
 * W302 (warning) marginal with more cells than the table has rows (noise-dominated cells)
 
+Columns and predicates (E301-E304, E306, W301) are resolved by :mod:`dpql.plan.resolve_predicates`,
+shared by workload items and requirements.
+
 Random query families (``range``, ``halfspaces``) are drawn with a numpy Generator seeded from
 the *public* plan seed and the item's canonical text. That randomness is not DP noise: it is
 public and the plan records the resulting queries. Hashing the item text keeps an item's queries
@@ -29,15 +32,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
-from typing import Literal
 
 import numpy as np
 
 from dpql.diagnostics import DiagnosticSink, SourcePos, did_you_mean
-from dpql.domain import CategoricalColumn, Column, Domain, NumericColumn
+from dpql.domain import CategoricalColumn, Domain, NumericColumn
 from dpql.ir.queries import (
-    And,
-    CatIn,
     CorrRequirement,
     Count,
     CountRequirement,
@@ -46,10 +46,6 @@ from dpql.ir.queries import (
     MeanRequirement,
     ModelRequirement,
     Moment,
-    Not,
-    NumCmp,
-    Or,
-    Pred,
     Prefix,
     Query,
     Requirement,
@@ -57,6 +53,14 @@ from dpql.ir.queries import (
     TruePred,
 )
 from dpql.lang import ast as A
+from dpql.plan.resolve_predicates import (
+    Scope,
+    column_names,
+    lookup_column,
+    resolve_given,
+    resolve_predicate,
+    schema_order,
+)
 
 #: Largest number of cells of one marginal (a dense float64 answer of 8 MB).
 MAX_MARGINAL_CELLS = 1_000_000
@@ -75,9 +79,6 @@ MODEL_METRICS: dict[str, tuple[str, ...]] = {
     "linear": ("r2", "rmse"),
 }
 
-Kind = Literal["numeric", "categorical"]
-
-
 @dataclass(frozen=True)
 class ResolvedWorkload:
     """The workload's distinct queries in first-appearance order; ``items[i]`` is the index of
@@ -85,163 +86,6 @@ class ResolvedWorkload:
 
     queries: tuple[Query, ...]
     items: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class _Scope:
-    """What resolving one DSL string needs: the schema, where the string is, the sink."""
-
-    domain: Domain
-    origin: SourcePos | None
-    sink: DiagnosticSink
-
-    def error(self, code: str, message: str, node: A.Node, hint: str | None = None) -> None:
-        self.sink.error(code, message, node.pos.in_file(self.origin), hint)
-
-    def warning(self, code: str, message: str, node: A.Node, hint: str | None = None) -> None:
-        self.sink.warning(code, message, node.pos.in_file(self.origin), hint)
-
-
-# --------------------------------------------------------------------------------------------
-# Columns
-
-
-def _lookup(s: _Scope, col: A.Column, construct: str, kind: Kind | None = None) -> Column | None:
-    """The schema column ``col`` names, if it exists and (when ``kind`` is given) has that kind."""
-    if col.name not in s.domain:
-        hint = did_you_mean(col.name, s.domain.names) or "columns are declared under `schema:`"
-        s.error("E301", f"unknown column '{col.name}'", col, hint)
-        return None
-    c = s.domain[col.name]
-    if kind is not None and c.kind != kind:
-        s.error("E302", f"{construct} needs a {kind} column; '{c.name}' is {c.kind}", col)
-        return None
-    return c
-
-
-def _distinct(s: _Scope, cols: Sequence[A.Column], construct: str) -> bool:
-    seen: set[str] = set()
-    for c in cols:
-        if c.name in seen:
-            s.error("E306", f"column '{c.name}' appears more than once in {construct}", c)
-            return False
-        seen.add(c.name)
-    return True
-
-
-def _names(
-    s: _Scope, cols: Sequence[A.Column], construct: str, kind: Kind | None = None
-) -> tuple[str, ...] | None:
-    """Names of ``cols`` if all exist, have ``kind`` and are distinct (all problems reported)."""
-    found = [_lookup(s, c, construct, kind) for c in cols]
-    if not _distinct(s, cols, construct) or any(c is None for c in found):
-        return None
-    return tuple(c.name for c in cols)
-
-
-def _schema_order(domain: Domain, names: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(names, key=domain.names.index))
-
-
-# --------------------------------------------------------------------------------------------
-# Predicates
-
-
-def _category(s: _Scope, col: CategoricalColumn, v: A.Value) -> int | None:
-    """Code of a literal among ``col``'s values; a number matches the category spelt like it."""
-    text = v.value if isinstance(v, A.StringLit) else A.number_text(v.value)
-    if text in col.values:
-        return col.code_of(text)
-    shown = A.string_text(text) if isinstance(v, A.StringLit) else text
-    listed = ", ".join(col.values[:20]) + (f" and {col.card - 20:,} more" if col.card > 20 else "")
-    hint = did_you_mean(text, col.values) or f"its categories are: {listed}"
-    if col.fine is not None and text in col.fine:  # a grouped column: the workload sees groups
-        hint = (
-            f"'{col.name}' is grouped (schema.{col.name}.group): the workload and requirements "
-            f"name its groups, e.g. {col.values[0]!r}; {shown} is in group "
-            f"{col.values[col.code_of_label(text)]!r}"
-        )
-    s.error("E304", f"{shown} is not a category of '{col.name}'", v, hint)
-    return None
-
-
-def _threshold(s: _Scope, col: NumericColumn, v: A.Value, op: str) -> float | None:
-    if isinstance(v, A.StringLit):
-        s.error(
-            "E303",
-            f"numeric column '{col.name}' compared with the string {A.string_text(v.value)}",
-            v,
-            f"compare with a number, e.g. {A.column_text(col.name)} {op} {A.number_text(col.lo)}",
-        )
-        return None
-    if not col.lo <= v.value <= col.hi:
-        s.warning(
-            "W301",
-            f"threshold {A.number_text(v.value)} is outside the declared range of "
-            f"'{col.name}' [{A.number_text(col.lo)}, {A.number_text(col.hi)}]",
-            v,
-            "values are clipped to the declared range, so this comparison is constant",
-        )
-    return col.scale(v.value)
-
-
-def _comparison(s: _Scope, p: A.Comparison) -> Pred | None:
-    col = _lookup(s, p.column, "a comparison")
-    if col is None:
-        return None
-    if isinstance(col, NumericColumn):
-        t = _threshold(s, col, p.value, p.op)
-        if t is None:
-            return None
-        if p.op == "==":  # the closed interval [t, t]; meaningful for integer columns
-            return And((NumCmp(col.name, ">=", t), NumCmp(col.name, "<=", t)))
-        if p.op == "!=":
-            return Or((NumCmp(col.name, "<", t), NumCmp(col.name, ">", t)))
-        return NumCmp(col.name, p.op, t)
-    if p.op not in ("==", "!="):
-        hint = f"use ==, != or `{A.column_text(col.name)} in {{...}}`"
-        s.error("E303", f"'{p.op}' needs a numeric column; '{col.name}' is categorical", p, hint)
-        return None
-    code = _category(s, col, p.value)
-    if code is None:
-        return None
-    codes = {code} if p.op == "==" else set(range(col.card)) - {code}
-    return CatIn(col.name, frozenset(codes))
-
-
-def _membership(s: _Scope, p: A.Membership) -> Pred | None:
-    col = _lookup(s, p.column, "a comparison")
-    if col is None:
-        return None
-    if isinstance(col, NumericColumn):
-        hint = "use comparisons, e.g. `age >= 20 and age < 30`"
-        s.error("E303", f"'in' needs a categorical column; '{col.name}' is numeric", p, hint)
-        return None
-    codes = [_category(s, col, v) for v in p.values]
-    if any(c is None for c in codes):
-        return None
-    return CatIn(col.name, frozenset(c for c in codes if c is not None))
-
-
-def _predicate(s: _Scope, p: A.PredNode) -> Pred | None:
-    """IR predicate of ``p`` (None after reporting errors). Numeric thresholds go to the [0, 1]
-    scale with ``NumericColumn.scale``; ``==``/``!=``/``in`` on categories become ``CatIn``."""
-    if isinstance(p, A.Comparison):
-        return _comparison(s, p)
-    if isinstance(p, A.Membership):
-        return _membership(s, p)
-    if isinstance(p, A.Negation):
-        inner = _predicate(s, p.item)
-        return None if inner is None else Not(inner)
-    items = [_predicate(s, i) for i in p.items]  # resolve all: report every error
-    if any(i is None for i in items):
-        return None
-    kept = tuple(i for i in items if i is not None)
-    return And(kept) if isinstance(p, A.Conjunction) else Or(kept)
-
-
-def _given(s: _Scope, p: A.PredNode | None) -> Pred | None:
-    return TruePred() if p is None else _predicate(s, p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +98,7 @@ def _item_rng(seed: int, node: A.WorkloadNode) -> np.random.Generator:
     return np.random.default_rng([seed, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
 
 
-def _count_ok(s: _Scope, node: A.WorkloadNode, count: int, what: str) -> bool:
+def _count_ok(s: Scope, node: A.WorkloadNode, count: int, what: str) -> bool:
     if count < 1:
         s.error("E309", f"{what} must be at least 1, not {count}", node)
         return False
@@ -273,7 +117,7 @@ def _count_ok(s: _Scope, node: A.WorkloadNode, count: int, what: str) -> bool:
 LARGE_CATEGORICAL = 1_000
 
 
-def _marginal_hint(s: _Scope, m: Marginal) -> str:
+def _marginal_hint(s: Scope, m: Marginal) -> str:
     """How to shrink marginal ``m``: coarser bins only when it has numeric columns."""
     nums = [c for c in m.columns if isinstance(s.domain[c], NumericColumn)]
     if nums:
@@ -286,7 +130,7 @@ def _marginal_hint(s: _Scope, m: Marginal) -> str:
     )
 
 
-def _sized(s: _Scope, node: A.WorkloadNode, marginals: list[Marginal], n: int) -> list[Query]:
+def _sized(s: Scope, node: A.WorkloadNode, marginals: list[Marginal], n: int) -> list[Query]:
     """``marginals`` unless one has more than MAX_MARGINAL_CELLS cells (E305)."""
     cells = [m.cells(s.domain) for m in marginals]
     too_big = [c for c in cells if c > MAX_MARGINAL_CELLS]
@@ -333,11 +177,11 @@ def _sized(s: _Scope, node: A.WorkloadNode, marginals: list[Marginal], n: int) -
     return list(marginals)
 
 
-def _all_marginals(s: _Scope, node: A.AllMarginals, n: int) -> list[Query]:
-    names = s.domain.names if node.over is None else _names(s, node.over, "marginals")
+def _all_marginals(s: Scope, node: A.AllMarginals, n: int) -> list[Query]:
+    names = s.domain.names if node.over is None else column_names(s, node.over, "marginals")
     if names is None:
         return []
-    names = _schema_order(s.domain, names)
+    names = schema_order(s.domain, names)
     if not 1 <= node.k <= len(names):
         s.error(
             "E307",
@@ -350,20 +194,20 @@ def _all_marginals(s: _Scope, node: A.AllMarginals, n: int) -> list[Query]:
     return _sized(s, node, [Marginal(c) for c in combinations(names, node.k)], n)
 
 
-def _marginal(s: _Scope, node: A.Marginal, n: int) -> list[Query]:
-    names = _names(s, node.columns, "marginal")
-    return [] if names is None else _sized(s, node, [Marginal(_schema_order(s.domain, names))], n)
+def _marginal(s: Scope, node: A.Marginal, n: int) -> list[Query]:
+    names = column_names(s, node.columns, "marginal")
+    return [] if names is None else _sized(s, node, [Marginal(schema_order(s.domain, names))], n)
 
 
-def _label(s: _Scope, by: A.Column, construct: str) -> str | None:
+def _label(s: Scope, by: A.Column, construct: str) -> str | None:
     """The categorical ``by`` column of a construct (its other columns are numeric)."""
-    col = _lookup(s, by, f"the label of {construct}", "categorical")
+    col = lookup_column(s, by, f"the label of {construct}", "categorical")
     return None if col is None else col.name
 
 
-def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
+def _range(s: Scope, node: A.Range, seed: int) -> list[Query]:
     """``m`` prefix queries; each threshold vector is uniform on [0, 1]^k (public randomness)."""
-    cols = _names(s, node.columns, "range", "numeric")
+    cols = column_names(s, node.columns, "range", "numeric")
     by = _label(s, node.by, "range") if node.by is not None else None
     m = DEFAULT_RANGE_THRESHOLDS if node.thresholds is None else node.thresholds
     if not _count_ok(s, node, m, "thresholds") or cols is None or (node.by and by is None):
@@ -372,7 +216,7 @@ def _range(s: _Scope, node: A.Range, seed: int) -> list[Query]:
     return [Prefix(cols, tuple(p), by) for p in points.tolist()]  # tolist: Python floats
 
 
-def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
+def _halfspaces(s: Scope, node: A.Halfspaces, seed: int) -> list[Query]:
     """``m`` random class-conditional halfspaces (Vietri et al. 2022, §5.1, Definition 4).
 
     ``theta ~ N(0, I_r) / sqrt(r)`` as in the paper and its code. The paper's ``tau ~ N(0, 1)``
@@ -385,7 +229,7 @@ def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
         if not cols:
             s.error("E302", "halfspaces needs numeric columns; the schema has none", node)
     else:
-        cols = _names(s, node.over, "halfspaces", "numeric")
+        cols = column_names(s, node.over, "halfspaces", "numeric")
     by = _label(s, node.by, "halfspaces")
     if not _count_ok(s, node, node.n, "the number of halfspaces") or not cols or by is None:
         return []
@@ -399,23 +243,23 @@ def _halfspaces(s: _Scope, node: A.Halfspaces, seed: int) -> list[Query]:
     ]
 
 
-def _count(s: _Scope, node: A.CountOf) -> list[Query]:
-    p = _predicate(s, node.predicate)
+def _count(s: Scope, node: A.CountOf) -> list[Query]:
+    p = resolve_predicate(s, node.predicate)
     return [] if p is None else [Count(p)]
 
 
-def _mean(s: _Scope, node: A.MeanOf) -> list[Query]:
+def _mean(s: Scope, node: A.MeanOf) -> list[Query]:
     """``Moment((col,), given)``, plus ``Count(given)`` when conditional, so that the
     conditional mean (their ratio) is determined by the measured answers."""
-    col = _lookup(s, node.column, "mean", "numeric")
-    given = _given(s, node.given)
+    col = lookup_column(s, node.column, "mean", "numeric")
+    given = resolve_given(s, node.given)
     if col is None or given is None:
         return []
     moment = Moment((col.name,), given)
     return [moment] if isinstance(given, TruePred) else [moment, Count(given)]
 
 
-def _expand(s: _Scope, node: A.WorkloadNode, n: int, seed: int) -> list[Query]:
+def _expand(s: Scope, node: A.WorkloadNode, n: int, seed: int) -> list[Query]:
     if isinstance(node, A.AllMarginals):
         return _all_marginals(s, node, n)
     if isinstance(node, A.Marginal):
@@ -453,7 +297,7 @@ def resolve_workload(
     queries = cells = 0
     cards = {c.name: c.card for c in domain}
     for i, node in enumerate(nodes):
-        scope = _Scope(domain, _origin(origins, i), sink)
+        scope = Scope(domain, _origin(origins, i), sink)
         planned = _planned_queries(node, domain)
         if planned <= MAX_QUERIES_PER_ITEM and queries + planned > MAX_TOTAL_QUERIES:
             _too_much(scope, node, f"{queries + planned:,} queries", f"{MAX_TOTAL_QUERIES:,}")
@@ -490,7 +334,7 @@ def _planned_queries(node: A.WorkloadNode, domain: Domain) -> int:
     return 2 if isinstance(node, A.MeanOf) else 1
 
 
-def _too_much(s: _Scope, node: A.WorkloadNode, what: str, limit: str) -> None:
+def _too_much(s: Scope, node: A.WorkloadNode, what: str, limit: str) -> None:
     s.error(
         "E315",
         f"the workload up to this item expands to {what} (limit {limit} for the whole workload)",
@@ -504,7 +348,7 @@ def _too_much(s: _Scope, node: A.WorkloadNode, what: str, limit: str) -> None:
 # Requirements
 
 
-def _tolerance(s: _Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance | None:
+def _tolerance(s: Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance | None:
     if isinstance(t, A.Within):
         if t.value <= 0:
             s.error("E312", f"tolerance must be positive, not {A.number_text(t.value)}", t)
@@ -522,9 +366,9 @@ def _tolerance(s: _Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance |
     return None
 
 
-def _model(s: _Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requirement | None:
+def _model(s: Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requirement | None:
     if m.kind == "logistic":
-        label = _lookup(s, m.label, "the label of logistic", "categorical")
+        label = lookup_column(s, m.label, "the label of logistic", "categorical")
         # the values, not the null state of a missing: keep label (a model is fitted and
         # tested on the rows where its columns are present)
         if isinstance(label, CategoricalColumn) and len(label.values) != 2:
@@ -536,8 +380,8 @@ def _model(s: _Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requireme
             )
             label = None
     else:
-        label = _lookup(s, m.label, "the label of linear", "numeric")
-    features = _names(s, (m.label, *m.features), f"{m.kind}(...)")
+        label = lookup_column(s, m.label, "the label of linear", "numeric")
+    features = column_names(s, (m.label, *m.features), f"{m.kind}(...)")
     if label is None or features is None or tol is None:
         return None
     return ModelRequirement(m.kind, label.name, features[1:], tol, text)
@@ -549,7 +393,7 @@ def _kind(target: A.Model | A.Corr | A.MeanOf | A.CountOf) -> str:
     return {A.Corr: "corr", A.MeanOf: "mean", A.CountOf: "count"}[type(target)]
 
 
-def _requirement(s: _Scope, node: A.Requirement) -> Requirement | None:
+def _requirement(s: Scope, node: A.Requirement) -> Requirement | None:
     req = _requirement_target(s, node)
     if req is None or node.weight is None:
         return req
@@ -560,21 +404,21 @@ def _requirement(s: _Scope, node: A.Requirement) -> Requirement | None:
     return replace(req, weight=w)
 
 
-def _requirement_target(s: _Scope, node: A.Requirement) -> Requirement | None:
+def _requirement_target(s: Scope, node: A.Requirement) -> Requirement | None:
     target, text = node.target, A.to_dsl(A.Requirement(node.target, node.tolerance))
     tol = _tolerance(s, node.tolerance, _kind(target))
     if isinstance(target, A.Model):
         return _model(s, target, tol, text)
     if isinstance(target, A.Corr):
-        pair = _names(s, (target.a, target.b), "corr", "numeric")
+        pair = column_names(s, (target.a, target.b), "corr", "numeric")
         return None if pair is None or tol is None else CorrRequirement(*pair, tol, text)
     if isinstance(target, A.MeanOf):
-        col = _lookup(s, target.column, "mean", "numeric")
-        given = _given(s, target.given)
+        col = lookup_column(s, target.column, "mean", "numeric")
+        given = resolve_given(s, target.given)
         if col is None or given is None or tol is None:
             return None
         return MeanRequirement(col.name, given, tol, text)
-    p = _predicate(s, target.predicate)
+    p = resolve_predicate(s, target.predicate)
     return None if p is None or tol is None else CountRequirement(p, tol, text)
 
 
@@ -588,14 +432,14 @@ def resolve_requirements(
     the user's units (see spec/language.md). Raises DiagnosticError if any error was found."""
     sink = DiagnosticSink() if sink is None else sink
     out = [
-        _requirement(_Scope(domain, _origin(origins, i), sink), node)
+        _requirement(Scope(domain, _origin(origins, i), sink), node)
         for i, node in enumerate(nodes)
     ]
     weighted = [node.weight is not None for node in nodes]
     if any(weighted) and not all(weighted):
         # Weights divide one budget between requirements: a missing one has no meaning.
         i = weighted.index(False)
-        _Scope(domain, _origin(origins, i), sink).error(
+        Scope(domain, _origin(origins, i), sink).error(
             "E314",
             "some requirements have a weight and this one has none",
             nodes[i],
