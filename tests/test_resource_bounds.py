@@ -22,8 +22,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from dpql.spec.columns import CategoricalSpec
 from dpql.spec.load import load_spec
-from dpql.spec.models import CategoricalSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 

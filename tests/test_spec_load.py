@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, NumericColumn, numeric_edges
 from dpql.spec import CODES, load_policy, load_spec, normalised_spec_json
-from dpql.spec.models import DEFAULT_BINS
+from dpql.spec.fields import DEFAULT_BINS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ADULT = EXAMPLES / "adult" / "adult.release.yaml"

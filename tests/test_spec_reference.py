@@ -40,6 +40,6 @@ def test_the_committed_page_is_up_to_date() -> None:
 def test_a_field_without_an_entry_fails(monkeypatch) -> None:
     monkeypatch.delitem(reference.NOTES, "NumericSpec.integer")
     monkeypatch.delitem(reference.EXAMPLES, "NumericSpec.integer")
-    info = reference.m.NumericSpec.model_fields["integer"]
+    info = reference.cols.NumericSpec.model_fields["integer"]
     assert reference.meaning("NumericSpec.integer", info) is None
     assert reference.example("NumericSpec.integer", "integer", info) == "integer: false"

@@ -13,12 +13,8 @@ from dpql.diagnostics import (
     Diagnostic,
     did_you_mean,
 )
-from dpql.spec.models import (
-    PHASES_OF_METHOD,
-    CategoricalSpec,
-    NumericSpec,
-    ReleaseSpec,
-)
+from dpql.spec.columns import CategoricalSpec, NumericSpec
+from dpql.spec.models import PHASES_OF_METHOD, ReleaseSpec
 from dpql.spec.yamlpos import (
     Path_,
     YamlDoc,

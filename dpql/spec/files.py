@@ -26,7 +26,8 @@ from pathlib import Path
 
 from dpql.diagnostics import Diagnostic, SourcePos
 from dpql.io import UnreadableFile, open_regular, read_capped
-from dpql.spec.models import MAX_CATEGORIES, CategoricalSpec, GroupSpec, ReleaseSpec
+from dpql.spec.columns import MAX_CATEGORIES, CategoricalSpec, GroupSpec
+from dpql.spec.models import ReleaseSpec
 from dpql.spec.yamlpos import Path_, YamlDoc
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a values or group file

@@ -31,13 +31,9 @@ from dpql.diagnostics import (
 from dpql.domain import CategoricalColumn, Column, Domain, NumericColumn, numeric_edges
 from dpql.spec.checks import dotted as _dotted
 from dpql.spec.checks import implied_format, spec_checks
+from dpql.spec.columns import NumericSpec
 from dpql.spec.files import expand_files
-from dpql.spec.models import (
-    NumericSpec,
-    Policy,
-    ProjectFile,
-    ReleaseSpec,
-)
+from dpql.spec.models import Policy, ProjectFile, ReleaseSpec
 from dpql.spec.todo import todo_diagnostics
 from dpql.spec.yamlpos import (
     MAX_DOCUMENT_CHARS,

@@ -4,6 +4,8 @@ The models check each field on its own (types, ranges, allowed choices, unknown 
 across fields (min < max, edges covering the bounds, budget form, split phases, missing-value
 rules) run afterwards in :mod:`dpql.spec.load`, where every problem gets a source position.
 ``spec/release.schema.json`` and ``spec/policy.schema.json`` are generated from these models.
+The ``schema`` entries' models are in :mod:`dpql.spec.columns`, the shared field types, limits
+and base model in :mod:`dpql.spec.fields`.
 
 Missing values (the ``missing`` keys). A top-level ``missing: keep | drop`` is the default for
 every column (``keep`` when absent); a column may override it with its own ``missing``. A cell is
@@ -42,33 +44,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
-DEFAULT_BINS = 10  # numeric columns with neither bins nor edges
-
-# Limits that bound the work and memory of loading and planning a spec, and keep every number
-# in the range where dpql's arithmetic is exact enough (spec/language.md §9; E101, E111).
-MAX_ROWS = 10**10  # data.rows and synthesizer rows
-MAX_BINS = 1_000_000  # bins of a numeric column (= the largest marginal, E305)
-MAX_EDGES = MAX_BINS + 1
-MAX_NAME_CHARS = 200
-MAX_DESCRIPTION_CHARS = 10_000
-MAX_COLUMNS = 1_000
-MAX_WORKLOAD_ITEMS = 1_000
-MAX_REQUIREMENTS = 200
-MAX_DSL_CHARS = 10_000  # one workload item or requirement
-MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
-MIN_RHO, MAX_RHO = 1e-12, 1e6
-MIN_DELTA, MAX_DELTA = 1e-100, 0.5
-#: Every share of a budget (postprocess.share, the synthesizers' phase shares): a smaller one
-#: underflows the noise scale it is divided into (a division by zero at plan time).
-MIN_SHARE, MAX_SHARE = 0.001, 0.999
-MIN_SPLIT = 1e-6  # privacy.split shares (exact to 1e-6)
-
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Probability = Annotated[float, Field(gt=0, lt=1)]
-Share = Annotated[float, Field(ge=MIN_SHARE, le=MAX_SHARE, allow_inf_nan=False)]
+from dpql.spec.columns import ColumnSpec
+from dpql.spec.fields import (
+    MAX_COLUMNS,
+    MAX_DESCRIPTION_CHARS,
+    MAX_NAME_CHARS,
+    MAX_REQUIREMENTS,
+    MAX_SHARE,
+    MAX_WORKLOAD_ITEMS,
+    MIN_SHARE,
+    Delta,
+    DslStr,
+    Epsilon,
+    NonEmptyStr,
+    PathStr,
+    Probability,
+    Rho,
+    Rows,
+    Share,
+    SpecModel,
+    SplitShare,
+)
 
 
 def _zero_or_share(value: float) -> float:
@@ -76,27 +74,6 @@ def _zero_or_share(value: float) -> float:
         raise ValueError(f"should be 0 or at least {MIN_SHARE:g}")
     return value
 
-
-NonEmptyStr = Annotated[str, Field(min_length=1)]
-MAX_PATH_CHARS = 4096
-
-
-def _path_text(value: str) -> str:
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
-        raise ValueError("should be a path without control characters (a NUL byte, a line break)")
-    return value
-
-
-#: A file path written in a spec or policy: no control characters (a NUL byte cannot name a
-#: file; an escape sequence would be printed in messages), at most 4,096 characters.
-PathStr = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_path_text)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
-Rows = Annotated[int, Field(gt=0, le=MAX_ROWS)]
-Epsilon = Annotated[float, Field(ge=MIN_EPSILON, le=MAX_EPSILON, allow_inf_nan=False)]
-Rho = Annotated[float, Field(ge=MIN_RHO, le=MAX_RHO, allow_inf_nan=False)]
-Delta = Annotated[float, Field(ge=MIN_DELTA, le=MAX_DELTA)]
-SplitShare = Annotated[float, Field(ge=MIN_SPLIT, le=1, allow_inf_nan=False)]
-DslStr = Annotated[str, Field(min_length=1, max_length=MAX_DSL_CHARS)]
 
 #: the synthesizer methods: one backend package ``dpql/synth/<method>/`` each
 #: (``dpql.synth.base.BACKENDS`` is built from this list), one options model each below
@@ -112,15 +89,9 @@ PHASES_OF_METHOD: dict[str, frozenset[str]] = {
     "aim": frozenset(),
     "auto": frozenset({"selection", "measurement"}),
 }
-MissingRule = Literal["error", "drop", "fill", "other", "keep"]
 
 
-class _Model(BaseModel):
-    # strict: the YAML loader already types scalars (YAML 1.2 core schema), so "1" is never 1.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class DataSpec(_Model):
+class DataSpec(SpecModel):
     """Where the private table is and its public size."""
 
     path: PathStr = Field(description="Data file, relative to the spec file.")
@@ -137,103 +108,7 @@ class DataSpec(_Model):
     )
 
 
-class NumericSpec(_Model):
-    """A numeric column with public bounds and public bins (``bins`` or ``edges``)."""
-
-    type: Literal["numeric"]
-    min: Finite = Field(description="Public lower bound (values below are clipped).")
-    max: Finite = Field(description="Public upper bound (values above are clipped).")
-    integer: bool = False
-    bins: Annotated[int, Field(gt=0, le=MAX_BINS)] | None = Field(
-        None, description=f"Equal-width bins over [min, max]; {DEFAULT_BINS} when no edges."
-    )
-    edges: list[Finite] | None = Field(
-        None,
-        min_length=2,
-        max_length=MAX_EDGES,
-        description="Strictly increasing bin edges with edges[0] <= min and edges[-1] >= max.",
-    )
-    missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
-    fill: Finite | None = Field(None, description="Value for missing: fill (in [min, max]).")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _default_bins(cls, data: Any) -> Any:
-        # Filled before validation so an implicit default and `bins: 10` hash the same.
-        if isinstance(data, dict) and data.get("bins") is None and data.get("edges") is None:
-            return {**data, "bins": DEFAULT_BINS}
-        return data
-
-
-MAX_CATEGORIES = 1_000_000  # values of one categorical column (inline or from values_file)
-
-
-class GroupSpec(_Model):
-    """A public grouping of a categorical column's values (``dpql.spec.files``): a CSV file
-    mapping each fine value to its coarse group. The workload sees the column at the coarse
-    level; the released table keeps fine values, drawn uniformly within each group.
-    ``sha256`` and ``levels`` (the group of each value, in ``values`` order) are filled in when
-    the spec is loaded, so the normalised spec pins the file and is self-contained."""
-
-    file: PathStr | None = Field(
-        None, description="CSV with a header: a fine-value column and a group column."
-    )
-    fine: NonEmptyStr | None = Field(None, description="Fine-value column; default the first.")
-    coarse: NonEmptyStr | None = Field(None, description="Group column; default the second.")
-    sha256: str | None = Field(
-        None,
-        description="Filled in at load: sha256 of the file; given, the file must have it.",
-    )
-    levels: list[NonEmptyStr] | None = Field(
-        None, max_length=MAX_CATEGORIES, description="Group of each value (filled in at load)."
-    )
-
-
-class CategoricalSpec(_Model):
-    """A categorical column; the public ``values`` fix the codes (index in the list). The values
-    may come from a public ``values_file`` (one per line, or ``values_column`` of a CSV), read
-    when the spec is loaded (never the data file); its sha256 goes into ``values_sha256`` and
-    the values into the normalised spec."""
-
-    type: Literal["categorical"]
-    values: list[NonEmptyStr] | None = Field(
-        None,
-        min_length=1,
-        max_length=MAX_CATEGORIES,
-        description="All categories, unique (or give values_file).",
-    )
-    values_file: PathStr | None = Field(
-        None, description="Public file of the values, relative to the spec: one per line."
-    )
-    values_column: NonEmptyStr | None = Field(
-        None, description="With values_file: read this column of a CSV (with a header)."
-    )
-    values_sha256: str | None = Field(
-        None,
-        description="Filled in at load: sha256 of values_file; given, the file must have it.",
-    )
-    group: GroupSpec | None = Field(
-        None, description="Public grouping: marginals use the groups, the output fine values."
-    )
-    other: str | None = Field(
-        None, description="Catch-all category (one of values) for unlisted values."
-    )
-    missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
-    fill: str | None = Field(None, description="Category for missing: fill (one of values).")
-
-    @field_validator("values", mode="before")
-    @classmethod
-    def _integer_codes_are_names(cls, v: Any) -> Any:
-        # `values: [1, 2, 3]` names coded categories; data files read them as text.
-        if isinstance(v, list):
-            return [str(x) if isinstance(x, int) and not isinstance(x, bool) else x for x in v]
-        return v
-
-
-ColumnSpec = Annotated[NumericSpec | CategoricalSpec, Field(discriminator="type")]
-
-
-class PrivacySpec(_Model):
+class PrivacySpec(SpecModel):
     """The release budget: ``epsilon`` and ``delta``, or a zCDP ``rho`` (optionally ``delta``,
     the delta at which rho is reported as (epsilon, delta))."""
 
@@ -245,7 +120,7 @@ class PrivacySpec(_Model):
     )
 
 
-class RapOptions(_Model):
+class RapOptions(SpecModel):
     """Every RAP++ knob (Vietri et al. 2022, Algorithms 1 and 2), with its default; the one
     options model of the rap backend (``dpql.synth.rap``), so each option error has a position
     in the spec."""
@@ -280,7 +155,7 @@ class RapOptions(_Model):
         return cls.model_validate(dict(options), strict=False)
 
 
-class RapSynthesizer(_Model):
+class RapSynthesizer(SpecModel):
     method: Literal["rap"]
     rows: Rows = Field(description="Rows of the synthetic table.")
     options: RapOptions = RapOptions()
@@ -304,7 +179,7 @@ GAN_PAPER_PRESET: Mapping[str, Any] = {
 }
 
 
-class GanOptions(_Model):
+class GanOptions(SpecModel):
     """Every DP-auto-GAN knob (architecture, optimisation, DP-SGD): the one options model of the
     gan backend (``dpql.synth.gan``). The defaults are the best measured configuration
     (``benchmarks/gan``): public-bin encoding, DP-measured marginals, fine-tuning, and fewer,
@@ -416,13 +291,13 @@ class GanOptions(_Model):
         return cls.model_validate(dict(options or {}), strict=False)
 
 
-class GanSynthesizer(_Model):
+class GanSynthesizer(SpecModel):
     method: Literal["gan"]
     rows: Rows = Field(description="Rows of the synthetic table.")
     options: GanOptions = GanOptions()
 
 
-class AimOptions(_Model):
+class AimOptions(SpecModel):
     """AIM on mbi's graphical-model estimator (``dpql.synth.aim``): a fixed schedule of
     ``rounds`` select-and-measure rounds after one release of every 1-way marginal."""
 
@@ -483,13 +358,13 @@ class AimOptions(_Model):
         return cls.model_validate(dict(options or {}), strict=False)
 
 
-class AimSynthesizer(_Model):
+class AimSynthesizer(SpecModel):
     method: Literal["aim"]
     rows: Rows = Field(description="Rows of the synthetic table.")
     options: AimOptions = AimOptions()
 
 
-class AutoSynthesizer(_Model):
+class AutoSynthesizer(SpecModel):
     """The planner picks the backend and its options from public facts (``dpql.synth.auto``).
     The default when ``synthesizer`` has no ``method``."""
 
@@ -500,7 +375,7 @@ class AutoSynthesizer(_Model):
 Neighbouring = Literal["replace_one", "add_remove"]
 
 
-class ExternalBudget(_Model):
+class ExternalBudget(SpecModel):
     """The (epsilon, delta)-DP guarantee another tool declares for its table, and the
     neighbouring relation it holds under. dpql's relation is replace-one at the public n; an
     ``add_remove`` guarantee (e, d) is charged as (2e, (1 + e^e) d) by group privacy (a
@@ -515,7 +390,7 @@ class ExternalBudget(_Model):
     )
 
 
-class ExternalSynthesizer(_Model):
+class ExternalSynthesizer(SpecModel):
     """A table synthesised elsewhere under its own budget; dpql only post-processes it."""
 
     method: Literal["external"]
@@ -532,7 +407,7 @@ SynthesizerSpec = Annotated[
 ]
 
 
-class PostprocessSpec(_Model):
+class PostprocessSpec(SpecModel):
     method: PostprocessMethod
     share: Share | None = Field(
         None,
@@ -542,7 +417,7 @@ class PostprocessSpec(_Model):
     )
 
 
-class OutputSpec(_Model):
+class OutputSpec(SpecModel):
     path: PathStr = Field(description="Synthetic table, relative to the spec file.")
     provenance: PathStr = Field(description="Provenance record (JSON).")
     ledger: PathStr | None = Field(
@@ -559,7 +434,7 @@ class OutputSpec(_Model):
     )
 
 
-class ReleaseSpec(_Model):
+class ReleaseSpec(SpecModel):
     """A release spec, version 1 (``dpql: 1``)."""
 
     model_config = ConfigDict(title="dpql release spec")
@@ -623,7 +498,7 @@ class ReleaseSpec(_Model):
         return {"method": "auto", **v} if isinstance(v, dict) and "method" not in v else v
 
 
-class Lifetime(_Model):
+class Lifetime(SpecModel):
     epsilon: PositiveFloat = Field(description="Total epsilon over all releases of the source.")
     delta: Probability | None = Field(
         None,
@@ -639,7 +514,7 @@ class Lifetime(_Model):
     )
 
 
-class ProjectFile(_Model):
+class ProjectFile(SpecModel):
     """A project file (``dpql.yaml``): the policy and the lifetime ledger of every spec in its
     folder and below, paths relative to the project file (docs/privacy.md, "The lifetime
     ledger")."""
@@ -654,12 +529,12 @@ class ProjectFile(_Model):
     )
 
 
-class PolicyRequire(_Model):
+class PolicyRequire(SpecModel):
     public_bounds: bool = True
     delta_below_inverse_rows: bool = True
 
 
-class Policy(_Model):
+class Policy(SpecModel):
     """A privacy policy checked by ``dpql check --policy`` (``dpql-policy: 1``)."""
 
     model_config = ConfigDict(title="dpql privacy policy")

@@ -1,5 +1,6 @@
 """``docs/reference.md``: every key of a release spec and of a privacy policy, generated from the
-pydantic models (:mod:`dpql.spec.models`) so that it cannot drift from them.
+pydantic models (:mod:`dpql.spec.models`, :mod:`dpql.spec.columns`) so that it cannot drift
+from them.
 
 Each key gets its type and default (from the model), one line of meaning (the field's
 ``description``, else :data:`NOTES`) and one example (:data:`EXAMPLES`, else the default).
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from dpql.spec import columns as cols
 from dpql.spec import models as m
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
@@ -30,9 +32,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 SECTIONS: tuple[tuple[str, type[BaseModel], str], ...] = (
     ("Top level", m.ReleaseSpec, ""),
     ("`data`", m.DataSpec, "data."),
-    ("`schema`: a numeric column", m.NumericSpec, "schema.COLUMN."),
-    ("`schema`: a categorical column", m.CategoricalSpec, "schema.COLUMN."),
-    ("`schema`: a categorical column's `group`", m.GroupSpec, "schema.COLUMN.group."),
+    ("`schema`: a numeric column", cols.NumericSpec, "schema.COLUMN."),
+    ("`schema`: a categorical column", cols.CategoricalSpec, "schema.COLUMN."),
+    ("`schema`: a categorical column's `group`", cols.GroupSpec, "schema.COLUMN.group."),
     ("`privacy`", m.PrivacySpec, "privacy."),
     ("`synthesizer`: `method: auto` (the default)", m.AutoSynthesizer, "synthesizer."),
     ("`synthesizer`: `method: aim`", m.AimSynthesizer, "synthesizer."),
