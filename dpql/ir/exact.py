@@ -94,13 +94,19 @@ def eval_pred(p: Pred, t: EncodedTable) -> np.ndarray:
     return dispatch(PRED_MASKS, p)(p, t)
 
 
-def marginal_counts(columns: Sequence[str], t: EncodedTable) -> np.ndarray:
-    """Cell counts (not averages) of the marginal over ``columns``, row-major cell order."""
+def _cell_index(columns: Sequence[str], t: EncodedTable) -> tuple[np.ndarray, int]:
+    """Each row's cell of the marginal over ``columns`` (row-major) and the number of cells."""
     cards = [t.domain.card(c) for c in columns]
     idx = np.zeros(t.n, dtype=np.int64)
     for c, k in zip(columns, cards, strict=True):
         idx = idx * k + t.codes[c]
-    return np.bincount(idx, minlength=int(np.prod(cards))).astype(np.float64)
+    return idx, int(np.prod(cards))
+
+
+def marginal_counts(columns: Sequence[str], t: EncodedTable) -> np.ndarray:
+    """Cell counts (not averages) of the marginal over ``columns``, row-major cell order."""
+    idx, cells = _cell_index(columns, t)
+    return np.bincount(idx, minlength=cells).astype(np.float64)
 
 
 def factor_values(f: Factor, t: EncodedTable) -> np.ndarray:
@@ -159,11 +165,8 @@ def _marginal_sums(q: Marginal, t: EncodedTable) -> np.ndarray:
 
 
 def _marginal_rows(q: Marginal, t: EncodedTable) -> np.ndarray:
-    cards = [t.domain.card(c) for c in q.columns]
-    idx = np.zeros(t.n, dtype=np.int64)
-    for c, k in zip(q.columns, cards, strict=True):
-        idx = idx * k + t.codes[c]
-    out = np.zeros((t.n, int(np.prod(cards))))
+    idx, cells = _cell_index(q.columns, t)
+    out = np.zeros((t.n, cells))
     out[np.arange(t.n), idx] = 1.0
     return out
 
@@ -180,10 +183,18 @@ def _halfspace_hits(q: Halfspace, t: EncodedTable) -> np.ndarray:
     return (z > q.tau).astype(np.float64)
 
 
-def _by_label_sums(
-    hits: Callable[[Any, EncodedTable], np.ndarray],
-) -> Callable[[Prefix | Halfspace, EncodedTable], np.ndarray]:
-    """Sums of a 0/1 per-row hit, split by the codes of the query's ``by`` column."""
+@dataclass(frozen=True)
+class QueryRule:
+    """How the numpy evaluator answers one query class: ``sums(q, t)`` the per-cell sums over the
+    rows (length ``q.cells``), ``rows(q, t)`` the per-row values, shape ``(rows, cells)``."""
+
+    sums: Callable[[Any, EncodedTable], np.ndarray]
+    rows: Callable[[Any, EncodedTable], np.ndarray]
+
+
+def _by_label(hits: Callable[[Any, EncodedTable], np.ndarray]) -> QueryRule:
+    """The rule of a query whose per-row value is a 0/1 ``hits(q, t)``, split by the codes of its
+    ``by`` column (one cell when it has none)."""
 
     def sums(q: Prefix | Halfspace, t: EncodedTable) -> np.ndarray:
         w = hits(q, t)
@@ -191,30 +202,20 @@ def _by_label_sums(
             return np.array([float(np.sum(w))])
         return np.bincount(t.codes[q.by], weights=w, minlength=t.domain.card(q.by))
 
-    return sums
-
-
-def _by_label_rows(
-    hits: Callable[[Any, EncodedTable], np.ndarray],
-) -> Callable[[Prefix | Halfspace, EncodedTable], np.ndarray]:
-    """Per-row values of a 0/1 hit, one-hot over the codes of the query's ``by`` column."""
-
     def rows(q: Prefix | Halfspace, t: EncodedTable) -> np.ndarray:
         w = hits(q, t)[:, None]
         return w if q.by is None else w * np.eye(t.domain.card(q.by))[t.codes[q.by]]
 
-    return rows
+    return QueryRule(sums, rows)
 
 
 def _count_values(q: Count, t: EncodedTable) -> np.ndarray:
     return eval_pred(q.predicate, t).astype(np.float64)
 
 
-def _scalar(
-    values: Callable[[Any, EncodedTable], np.ndarray],
-) -> tuple[Callable[[Any, EncodedTable], np.ndarray], Callable[[Any, EncodedTable], np.ndarray]]:
-    """(sums, rows) of a scalar query from its per-row values."""
-    return (
+def _scalar(values: Callable[[Any, EncodedTable], np.ndarray]) -> QueryRule:
+    """The rule of a one-cell query from its per-row ``values(q, t)``."""
+    return QueryRule(
         lambda q, t: np.array([float(np.sum(values(q, t)))]),
         lambda q, t: values(q, t)[:, None],
     )
@@ -225,23 +226,14 @@ def _model_sums(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
     return np.array([math.fsum(parts)])
 
 
-@dataclass(frozen=True)
-class QueryRule:
-    """How the numpy evaluator answers one query class: ``sums(q, t)`` the per-cell sums over the
-    rows (length ``q.cells``), ``rows(q, t)`` the per-row values, shape ``(rows, cells)``."""
-
-    sums: Callable[[Any, EncodedTable], np.ndarray]
-    rows: Callable[[Any, EncodedTable], np.ndarray]
-
-
 QUERY_RULES: dict[type, QueryRule] = {
     Marginal: QueryRule(_marginal_sums, _marginal_rows),
-    Prefix: QueryRule(_by_label_sums(_prefix_hits), _by_label_rows(_prefix_hits)),
-    Halfspace: QueryRule(_by_label_sums(_halfspace_hits), _by_label_rows(_halfspace_hits)),
-    Count: QueryRule(*_scalar(_count_values)),
-    Moment: QueryRule(*_scalar(moment_values)),
-    CentredProduct: QueryRule(*_scalar(centred_values)),
-    ModelAccuracy: QueryRule(_model_sums, _scalar(model_scores)[1]),
+    Prefix: _by_label(_prefix_hits),
+    Halfspace: _by_label(_halfspace_hits),
+    Count: _scalar(_count_values),
+    Moment: _scalar(moment_values),
+    CentredProduct: _scalar(centred_values),
+    ModelAccuracy: QueryRule(_model_sums, _scalar(model_scores).rows),
 }
 """The numpy evaluator's query table: node class -> its :class:`QueryRule`."""
 
