@@ -11,19 +11,19 @@ from typing import get_args
 
 import pytest
 
-from dpql.data import sql
+from dpql.data import query_sql
 from dpql.ir import exact, queries
 from dpql.plan import describe
 
-# (evaluator, family) -> its dispatch table. DuckDB and Spark both answer through dpql.data.sql.
+# (evaluator, family) -> its dispatch table. DuckDB and Spark both answer through dpql.data.query_sql.
 PRED_TABLES: dict[str, Mapping[type, object]] = {
     "numpy (dpql.ir.exact)": exact.PRED_MASKS,
-    "SQL engines (dpql.data.sql)": sql.PRED_SQL,
+    "SQL engines (dpql.data.query_sql)": query_sql.PRED_SQL,
     "describe (dpql.plan.describe)": describe.PRED_TEXT,
 }
 QUERY_TABLES: dict[str, Mapping[type, object]] = {
     "numpy (dpql.ir.exact)": exact.QUERY_RULES,
-    "SQL engines (dpql.data.sql)": sql.QUERY_SQL,
+    "SQL engines (dpql.data.query_sql)": query_sql.QUERY_SQL,
     "describe (dpql.plan.describe)": describe.QUERY_TEXT,
 }
 
@@ -86,4 +86,4 @@ def test_dispatch_refuses_a_value_that_is_no_node() -> None:
     with pytest.raises(TypeError, match="not an IR node"):
         queries.dispatch(exact.QUERY_RULES, ("age",))
     with pytest.raises(TypeError, match="not an IR node"):
-        sql.pred_sql("age > 3", None)  # type: ignore[arg-type]
+        query_sql.pred_sql("age > 3", None)  # type: ignore[arg-type]

@@ -362,7 +362,7 @@ Handler = TypeVar("Handler", bound=Callable[..., object])
 
 def dispatch(table: Mapping[type, Handler], node: object) -> Handler:
     """The handler of ``node``'s class in an evaluator's dispatch table (a dict from IR node
-    class to handler). Every evaluator (:mod:`dpql.ir.exact`, :mod:`dpql.data.sql`,
+    class to handler). Every evaluator (:mod:`dpql.ir.exact`, :mod:`dpql.data.query_sql`,
     :mod:`dpql.plan.describe`) keeps one table per node family, with an entry for every class of
     :data:`PRED_TYPES` or :data:`QUERY_TYPES`; a value of any other class raises TypeError."""
     try:

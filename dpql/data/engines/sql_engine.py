@@ -1,6 +1,6 @@
 """The encoding and query protocol shared by the SQL engines (DuckDB, Spark): the codec's cell
-rules and every query as SQL (:mod:`dpql.data.sql`), validation from the counts of one scan, the
-answers read back into numpy (see :mod:`dpql.data.engines`)."""
+rules (:mod:`dpql.data.sql`) and every query (:mod:`dpql.data.query_sql`) as SQL, validation
+from the counts of one scan, the answers read back into numpy (see :mod:`dpql.data.engines`)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from dpql.data.codec import (
 )
 from dpql.data.engines.base import STREAM_ROWS
 from dpql.data.load import DataFormat, check_line_lengths, error, file_sha256, too_many_rows
+from dpql.data.query_sql import MarginalSQL, query_sql
 from dpql.domain import Domain, EncodedTable
 from dpql.ir.queries import Marginal, Query
 
@@ -175,11 +176,11 @@ class SQLEngine:
         if len(marginals) < len(queries) and not self._enc:
             self._run(self.dialect.materialise("enc", sql.encoded_sql(self._domain)))
             self._enc = True
-        for stmt in sql.query_sql(queries, self._domain):
-            if isinstance(stmt, sql.MarginalSQL) and streamed:
+        for stmt in query_sql(queries, self._domain):
+            if isinstance(stmt, MarginalSQL) and streamed:
                 continue
             rows = self._fetch(stmt.sql)
-            if isinstance(stmt, sql.MarginalSQL):
+            if isinstance(stmt, MarginalSQL):
                 if rows:
                     cells, counts = zip(*rows, strict=True)
                     out[stmt.index][np.asarray(cells, dtype=np.int64)] = np.asarray(
