@@ -21,7 +21,7 @@ and can be hashed.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar, get_args
 
@@ -357,7 +357,7 @@ Query = Marginal | Prefix | Halfspace | Count | Moment | CentredProduct | ModelA
 QUERY_TYPES: tuple[type, ...] = get_args(Query)
 """Every query node class: each evaluator's query table has an entry for each."""
 
-Handler = TypeVar("Handler", bound=Callable[..., object])
+Handler = TypeVar("Handler")  # a function, or a record of functions (dpql.ir.exact.QueryRule)
 
 
 def dispatch(table: Mapping[type, Handler], node: object) -> Handler:
