@@ -164,11 +164,8 @@ def _marginal_sums(q: Marginal, t: EncodedTable) -> np.ndarray:
     return marginal_counts(q.columns, t)
 
 
-def _marginal_rows(q: Marginal, t: EncodedTable) -> np.ndarray:
-    idx, cells = _cell_index(q.columns, t)
-    out = np.zeros((t.n, cells))
-    out[np.arange(t.n), idx] = 1.0
-    return out
+def _marginal_sparse(q: Marginal, t: EncodedTable) -> tuple[np.ndarray, np.ndarray]:
+    return _cell_index(q.columns, t)[0], np.ones(t.n)
 
 
 def _prefix_hits(q: Prefix, t: EncodedTable) -> np.ndarray:
@@ -186,10 +183,12 @@ def _halfspace_hits(q: Halfspace, t: EncodedTable) -> np.ndarray:
 @dataclass(frozen=True)
 class QueryRule:
     """How the numpy evaluator answers one query class: ``sums(q, t)`` the per-cell sums over the
-    rows (length ``q.cells``), ``rows(q, t)`` the per-row values, shape ``(rows, cells)``."""
+    rows (length ``q.cells``); ``sparse(q, t)`` the per-row values in sparse form, ``(cell,
+    value)`` arrays with one entry per row: every query's per-record vector has at most one
+    non-zero cell (:mod:`dpql.ir.queries`)."""
 
     sums: Callable[[Any, EncodedTable], np.ndarray]
-    rows: Callable[[Any, EncodedTable], np.ndarray]
+    sparse: Callable[[Any, EncodedTable], tuple[np.ndarray, np.ndarray]]
 
 
 def _by_label(hits: Callable[[Any, EncodedTable], np.ndarray]) -> QueryRule:
@@ -202,11 +201,11 @@ def _by_label(hits: Callable[[Any, EncodedTable], np.ndarray]) -> QueryRule:
             return np.array([float(np.sum(w))])
         return np.bincount(t.codes[q.by], weights=w, minlength=t.domain.card(q.by))
 
-    def rows(q: Prefix | Halfspace, t: EncodedTable) -> np.ndarray:
-        w = hits(q, t)[:, None]
-        return w if q.by is None else w * np.eye(t.domain.card(q.by))[t.codes[q.by]]
+    def sparse(q: Prefix | Halfspace, t: EncodedTable) -> tuple[np.ndarray, np.ndarray]:
+        cell = np.zeros(t.n, dtype=np.int64) if q.by is None else t.codes[q.by].astype(np.int64)
+        return cell, hits(q, t)
 
-    return QueryRule(sums, rows)
+    return QueryRule(sums, sparse)
 
 
 def _count_values(q: Count, t: EncodedTable) -> np.ndarray:
@@ -217,7 +216,7 @@ def _scalar(values: Callable[[Any, EncodedTable], np.ndarray]) -> QueryRule:
     """The rule of a one-cell query from its per-row ``values(q, t)``."""
     return QueryRule(
         lambda q, t: np.array([float(np.sum(values(q, t)))]),
-        lambda q, t: values(q, t)[:, None],
+        lambda q, t: (np.zeros(t.n, dtype=np.int64), values(q, t)),
     )
 
 
@@ -227,13 +226,13 @@ def _model_sums(q: ModelAccuracy, t: EncodedTable) -> np.ndarray:
 
 
 QUERY_RULES: dict[type, QueryRule] = {
-    Marginal: QueryRule(_marginal_sums, _marginal_rows),
+    Marginal: QueryRule(_marginal_sums, _marginal_sparse),
     Prefix: _by_label(_prefix_hits),
     Halfspace: _by_label(_halfspace_hits),
     Count: _scalar(_count_values),
     Moment: _scalar(moment_values),
     CentredProduct: _scalar(centred_values),
-    ModelAccuracy: QueryRule(_model_sums, _scalar(model_scores).rows),
+    ModelAccuracy: QueryRule(_model_sums, _scalar(model_scores).sparse),
 }
 """The numpy evaluator's query table: node class -> its :class:`QueryRule`."""
 
@@ -244,7 +243,16 @@ def per_row(q: Query, t: EncodedTable) -> np.ndarray:
     Used by post-processing (I-projection reweights rows by these) and by tests. Memory is
     ``rows * cells`` floats: meant for scalar and small vector queries.
     """
-    return dispatch(QUERY_RULES, q).rows(q, t)
+    cell, value = per_row_sparse(q, t)
+    out = np.zeros((t.n, q.cells(t.domain)))
+    out[np.arange(t.n), cell] = value
+    return out
+
+
+def per_row_sparse(q: Query, t: EncodedTable) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`per_row` in sparse form: per row its one cell that may be non-zero and the value
+    there (``v(x)`` is ``value`` at ``cell`` and 0 elsewhere), two arrays of ``rows`` entries."""
+    return dispatch(QUERY_RULES, q).sparse(q, t)
 
 
 def answer(q: Query, t: EncodedTable) -> np.ndarray:

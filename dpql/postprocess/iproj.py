@@ -50,9 +50,20 @@ import numpy as np
 from dpql.answers import NoisyAnswer
 from dpql.diagnostics import Diagnostic, DiagnosticError
 from dpql.domain import Domain, EncodedTable
-from dpql.ir.exact import per_row
+from dpql.ir.exact import per_row, per_row_sparse
 from dpql.ir.oracle import MeasurementOracle
-from dpql.ir.queries import And, CatIn, Count, Not, Query, TruePred, joint_l2_sensitivity
+from dpql.ir.queries import (
+    And,
+    CatIn,
+    Count,
+    Halfspace,
+    Marginal,
+    Not,
+    Prefix,
+    Query,
+    TruePred,
+    joint_l2_sensitivity,
+)
 from dpql.plan.requirements import Release, joint_release, release_rhos
 from dpql.postprocess.dual import (
     DualSolution,
@@ -66,6 +77,8 @@ from dpql.privacy.mechanisms import gaussian_sigma
 from dpql.sampling import resample
 
 PHASE = "iproj.measure"
+# the workload queries the noise-aware projection penalises (:func:`sparse_workload`)
+PENALISED = (Marginal, Prefix, Halfspace, Count)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,41 +180,20 @@ def sparse_workload(
 ) -> SparseQueries | None:
     """The synthesizer's noisy workload answers (``SynthResult.measurements``: DP outputs it
     already paid for) as penalised queries of the projection: per-row sparse features on
-    ``table`` (every row touches at most one cell of a marginal, of a prefix or halfspace split
-    by a label, of a count or a moment), targets the noisy answers and ridge ``prior_rows *
-    sigma^2`` (the dual of the penalty ``(E_w g - b)^2 / (2 sigma^2)`` against the prior's
-    ``prior_rows * KL``). Queries of another shape, or without a finite positive sd, are left
-    out; None when none is left."""
-    from dpql.ir.exact import eval_pred
-    from dpql.ir.queries import Count, Halfspace, Marginal, Prefix
-
+    ``table`` (:func:`~dpql.ir.exact.per_row_sparse`: every row touches at most one cell),
+    targets the noisy answers and ridge ``prior_rows * sigma^2`` (the dual of the penalty
+    ``(E_w g - b)^2 / (2 sigma^2)`` against the prior's ``prior_rows * KL``). Only marginals,
+    prefixes, halfspaces and counts (:data:`PENALISED`) with a finite positive sd take part;
+    None when none does."""
     idx, val, cells, target, ridge = [], [], [], [], []
-    n = table.n
     for m in measurements:
         q, sd = m.query, m.sd
         b = np.ravel(np.asarray(m.value, dtype=np.float64))
-        if not (math.isfinite(sd) and sd > 0) or not np.isfinite(b).all():
+        if not isinstance(q, PENALISED) or not (math.isfinite(sd) and sd > 0):
             continue
-        if isinstance(q, Marginal):
-            i = np.zeros(n, dtype=np.int64)
-            for c in q.columns:
-                i = i * table.domain.card(c) + table.codes[c]
-            v = np.ones(n)
-        elif isinstance(q, Prefix | Halfspace):
-            if isinstance(q, Prefix):
-                hit = np.ones(n, dtype=bool)
-                for c, thr in zip(q.columns, q.thresholds, strict=True):
-                    hit &= table.scaled[c] <= thr
-            else:
-                z = np.column_stack([table.scaled[c] for c in q.columns]) @ np.asarray(q.theta)
-                hit = z > q.tau
-            v = hit.astype(np.float64)
-            i = np.zeros(n, dtype=np.int64) if q.by is None else table.codes[q.by].astype(np.int64)
-        elif isinstance(q, Count):
-            v = eval_pred(q.predicate, table).astype(np.float64)
-            i = np.zeros(n, dtype=np.int64)
-        else:
+        if not np.isfinite(b).all():
             continue
+        i, v = per_row_sparse(q, table)
         k = q.cells(table.domain)
         if b.size != k:
             continue
