@@ -40,19 +40,39 @@ class PostprocessPolicy:
     """Every choice post-processing makes, passed explicitly and written into the record
     (``postprocess.policy``). Each field's principle is in ``docs/postprocess.md``."""
 
-    prior_rows: float = 1.0  # the synthesizer's table is a prior worth this many of its rows
+    # the synthesizer's table is a prior worth this fraction of its rows; None: worth what the
+    # noise leaves undecided (:meth:`prior_strength`)
+    prior_rows: float | None = None
     ess_floor: float = 0.5  # never release weights worth fewer than this fraction of the rows
     z: float = Z  # the verdicts' z: a pass needs |v - v_noisy| + z sd <= t
     band: float = 0.5  # h = band * (t - z sd): the rest of the room is the verdict's margin
 
     def __post_init__(self) -> None:
-        if not (self.prior_rows > 0 and 0 <= self.ess_floor < 1 and self.z > 0):
-            raise ValueError("prior_rows > 0, 0 <= ess_floor < 1 and z > 0 are required")
+        if self.prior_rows is not None and not self.prior_rows > 0:
+            raise ValueError("prior_rows must be positive (or None: from the noise)")
+        if not (0 <= self.ess_floor < 1 and self.z > 0):
+            raise ValueError("0 <= ess_floor < 1 and z > 0 are required")
         if not 0 < self.band <= 1:
             raise ValueError("band must lie in (0, 1]")
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, float | None]:
         return asdict(self)
+
+    def prior_strength(self, rows: int, sds: Sequence[float]) -> float:
+        """The MAP prior's strength in rows: ``prior_rows * rows`` when set; else ``z / s``,
+        ``s`` the median noise sd per cell of the synthesizer's measured answers (``sds``, a
+        fraction of n), at most ``rows``. Why ``z / s``: moving a cell of share ``p`` by
+        ``d`` costs the prior ``m d^2 / (2 p)`` and its measurement ``d^2 / (2 s^2)``, equal at
+        ``p = m s^2``; with ``m = z / s`` the prior decides the cells the noise cannot resolve
+        (share below ``z s``) and the measurements decide the rest. The synthetic table is a
+        function of those same measurements, so a stronger prior counts their evidence twice
+        and outweighs it. Without measured answers the table is worth its rows."""
+        if self.prior_rows is not None:
+            return self.prior_rows * rows
+        finite = [s for s in sds if math.isfinite(s) and s > 0]
+        if not finite:
+            return float(rows)
+        return min(float(rows), self.z / float(np.median(finite)))
 
 
 DEFAULT_POLICY = PostprocessPolicy()

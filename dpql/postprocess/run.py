@@ -254,7 +254,7 @@ def run_postprocess(
         synthetic, table.domain, policy,
     )  # fmt: skip
     moves = any(r.role == "constrained" for r in roles)
-    prior = policy.prior_rows * table.n
+    prior = policy.prior_strength(table.n, [m.sd for m in workload or ()])
     rows = getattr(spec.model.synthesizer, "rows", None) if spec is not None else None
     penalty = sparse_workload(workload, table, prior) if workload else None
     at, linear = synthetic, roles

@@ -237,7 +237,7 @@ def _defs() -> dict[str, Any]:
             },
             "policy": _object(
                 {
-                    "prior_rows": _NONNEG,
+                    "prior_rows": {**_NULLABLE_NUMBER, "minimum": 0},
                     "ess_floor": _NONNEG,
                     "z": _NONNEG,
                     "band": _NONNEG,
