@@ -115,3 +115,33 @@ def test_a_box_is_met_with_or_without_the_workload(workload: bool, real, syn) ->
     assert got == pytest.approx(start + 4 * sd, abs=1e-3 * sd)  # the box's near edge
     released = float(iproj.features(m.queries, res.table)[:, 0].mean())
     assert abs(released - got) < 0.05 * sd
+
+
+def test_the_noise_scaled_prior_holds_the_workload_where_a_full_prior_lets_it_drift(
+    real, syn
+) -> None:
+    """A box that moves the table: with the prior worth ``z / s`` rows
+    (``PostprocessPolicy.prior_strength``) the measured workload answers drift less from their
+    noisy values than with a prior worth every row, which outweighs their evidence."""
+    from dpql.postprocess.policy import PostprocessPolicy
+
+    reqs = [CorrRequirement("age", "hours", Tolerance(within=0.05))]
+    m = expand_requirements(reqs, DOMAIN)
+    meas = iproj.measure(m.queries, ExactOracle(real, seed=31), 0.5, label="req")
+    F = iproj.features(m.queries, syn)
+    col, sd = F[:, 0], meas.sigma[0]
+    box = iproj.Boxes(col[:, None], np.array([col.mean() + 5 * sd]), np.array([sd]),
+                      np.array([sd]))  # fmt: skip
+    workload = _workload(syn)
+    derived = PostprocessPolicy().prior_strength(syn.n, [w.sd for w in workload])
+    assert derived == pytest.approx(min(syn.n, 2.0 / WORKLOAD_SD))
+    assert PostprocessPolicy(prior_rows=0.5).prior_strength(syn.n, []) == 0.5 * syn.n
+    assert PostprocessPolicy().prior_strength(syn.n, []) == syn.n  # nothing measured
+    drift = {}
+    for prior in (float(syn.n), derived):
+        res = iproj.iproject(
+            syn, meas, seed=0, prior_rows=prior, ess_floor=0.2, boxes=box,
+            workload=iproj.sparse_workload(workload, syn, prior),
+        )  # fmt: skip
+        drift[prior] = _weighted_error(workload, res.weights, syn)
+    assert drift[derived] < drift[float(syn.n)]
