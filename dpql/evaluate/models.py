@@ -23,8 +23,7 @@ import pandas as pd
 from dpql.domain import CategoricalColumn, Domain, EncodedTable
 from dpql.evaluate.deps import require
 from dpql.evaluate.encode import encode_table
-from dpql.evaluate.metrics import correlation_matrix
-from dpql.ir.exact import design_matrix, eval_pred
+from dpql.ir.exact import answer_all, design_matrix
 from dpql.ir.queries import (
     CorrRequirement,
     MeanRequirement,
@@ -32,6 +31,8 @@ from dpql.ir.queries import (
     Requirement,
     Tolerance,
 )
+from dpql.plan.estimates import requirement_value
+from dpql.plan.requirements import requirement_queries
 
 MODELS: tuple[str, ...] = ("logistic", "hgb")
 
@@ -219,13 +220,15 @@ def _model_metrics(
     return out
 
 
-def _column_mean(t: EncodedTable, column: str, mask: np.ndarray) -> float:
-    col = t.domain[column]
-    if not mask.any():
-        return float("nan")
-    if isinstance(col, CategoricalColumn):
-        return float(t.codes[column][mask].mean())
-    return col.unscale(float(t.scaled[column][mask].mean()))
+def exact_requirement_value(req: Requirement, table: EncodedTable) -> float:
+    """A corr / mean / count requirement's value on ``table`` by compile's own definition
+    (``dpql.plan.estimates.requirement_value`` on the exact answers of its measures): over
+    the rows where its columns are present, a mean in the column's units, a count a fraction."""
+    queries = requirement_queries(req, table.domain)
+    answers = {
+        q: float(np.ravel(a)[0]) for q, a in zip(queries, answer_all(queries, table), strict=True)
+    }
+    return requirement_value(req, answers, table.domain)
 
 
 def check_requirement(
@@ -233,8 +236,9 @@ def check_requirement(
 ) -> RequirementCheck:
     """Measure ``req`` on both tables and check its tolerance (see :class:`RequirementCheck`).
 
-    ``corr`` is Pearson's correlation (a categorical column by its codes); ``mean`` is in the
-    column's original units; ``count`` is the *fraction* of rows, like the count queries.
+    A corr / mean / count is :func:`exact_requirement_value` on each table (Pearson's
+    correlation and the mean over the rows where the columns are present, the count a
+    fraction of the rows), so it agrees with what ``dpql compile`` reports.
     """
     reference: float | None = None
     bound_on = "synthetic"
@@ -247,18 +251,12 @@ def check_requirement(
             raise ValueError(f"{req.text or req.model}: unknown metric {stat!r}")
         kind, a, b, reference = req.model, syn_on_real[stat], syn_on_syn[stat], on_real[stat]
         bound_on = "real"
-    elif isinstance(req, CorrRequirement):
-        i, j = real.domain.names.index(req.a), real.domain.names.index(req.b)
-        kind = stat = "corr"
-        a, b = correlation_matrix(real)[i, j], correlation_matrix(synthetic)[i, j]
-    elif isinstance(req, MeanRequirement):
-        kind = stat = "mean"
-        a = _column_mean(real, req.column, eval_pred(req.given, real))
-        b = _column_mean(synthetic, req.column, eval_pred(req.given, synthetic))
     else:
-        kind, stat = "count", "fraction"
-        a = float(eval_pred(req.predicate, real).mean())
-        b = float(eval_pred(req.predicate, synthetic).mean())
+        kind = stat = (
+            "corr" if isinstance(req, CorrRequirement)
+            else "mean" if isinstance(req, MeanRequirement) else "count"
+        )  # fmt: skip
+        a, b = exact_requirement_value(req, real), exact_requirement_value(req, synthetic)
     error = abs(a - b)
     tol = req.tolerance
     passed: bool | None = None
