@@ -14,11 +14,10 @@ values; the release clips to the public bounds, so the clipped real value is giv
 the released table's, the mean and max TVD over every 3-way marginal of the spec (real vs
 synthetic, both encoded with the spec's rules: under drop the real table is its complete
 cases), and each column's share of empty cells, real vs synthetic (under drop, real among the
-kept rows). Appends one JSON line per compile to ``results.jsonl``.
+kept rows). Each compile's row goes into ``results.json`` as soon as it finishes, replacing the
+row of the same configuration and seed.
 
     python benchmarks/missing/run.py --runs 2
-    PYTHONPATH=<checkout before the change> python benchmarks/missing/run.py \
-        --configs flights-drop --tag " (before)"
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import argparse
 import itertools
 import json
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +40,11 @@ from dpql.ir.queries import Marginal
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+RESULTS = HERE / "results.json"
+sys.path.insert(0, str(HERE.parent))
+
+from machine import describe, write_results  # noqa: E402
+
 CONFIGS = {
     "adult": (ROOT / "examples/adult/adult.release.yaml", {}),
     "flights-keep": (ROOT / "examples/flights/flights.release.yaml", {}),
@@ -126,18 +131,20 @@ def run_one(name: str, seed: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--configs", nargs="*", default=list(CONFIGS))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--first-seed", type=int, default=0)
-    ap.add_argument("--tag", default="", help="appended to the config's name in the results")
     args = ap.parse_args()
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
     for name in args.configs:
         for seed in range(args.first_seed, args.first_seed + args.runs):
-            row = run_one(name, seed)
-            row["config"] += args.tag
-            with (HERE / "results.jsonl").open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            row = run_one(name, seed) | {"machine": describe()}
+            results["rows"] = [
+                r for r in results["rows"] if (r["config"], r["seed"]) != (name, seed)
+            ] + [row]
+            results["command"] = " ".join(["python", *sys.argv])
+            write_results(RESULTS, results)
             print(json.dumps(row), flush=True)
 
 

@@ -1,16 +1,16 @@
-"""Benchmark suite (issue 19): dpql against MST, AIM and independent columns on several tables.
+"""Fidelity against peers: dpql against MST, AIM and independent columns on several tables.
 
 For every table of ``tables.py``, every epsilon (delta = 1/n^2) and every run, the methods run
 side by side, each in its own Python process (so wall time includes imports and JAX
 compilation, and peak RSS is that method's alone):
 
-* ``dpql``: ``dpql.compile`` (the public API) on a per-epsilon copy of the table's spec
-  (``specs/``): workload ``marginals(3)`` only, no requirements or post-processing, the spec's
-  synthesizer (dpql's default) with its default options. Seed = run index (optimisation and
-  rounding only; DP noise always comes from OS entropy).
-* ``dpql-shared-shift`` (not run unless asked): the same with the RAP++ rounding as it was
-  before issue 19's fix (``legacy_rounding.py``), for before/after comparisons.
-* ``mst``, ``aim``: ``benchmarks/rap/peers.py`` on mbi 2.x, same rho (tight conversion of
+* ``dpql-auto``: ``dpql.compile`` (the public API) on a per-epsilon copy of the table's spec
+  (``specs/``) with ``method: auto`` (dpql's default synthesizer) and its default options:
+  workload ``marginals(3)`` only, no requirements or post-processing. Seed = run index
+  (optimisation and rounding only; DP noise always comes from OS entropy).
+* ``dpql`` (RAP++, the specs' ``method: rap``) and ``dpql-aim`` (``method: aim``): the same
+  with that backend; not run unless asked.
+* ``mst``, ``aim``: ``peers.py`` here, on mbi 2.x, same rho (tight conversion of
   (epsilon, 1/n^2)), replace-one sensitivities, the spec's discretisation. AIM is capped for
   wall time as in ``benchmarks/rap`` (T = 4 d rounds, at most 16 adaptive rounds, 20 MB model
   cap, 250 / 1000 mirror-descent iterations); ``--aim-*`` flags change the caps.
@@ -21,7 +21,7 @@ Metric: mean (and max) total variation distance over all 3-way marginals of the 
 vs real, with ``dpql.evaluate.workload.marginal_tvd``; both tables are encoded by dpql's own
 codec with the spec's rules. Every (table, epsilon, method, run) is appended to
 ``results.json`` as soon as it finishes, and a rerun skips what is there (``--redo`` forces).
-``RESULTS.md`` is regenerated from ``results.json`` at the end (``--report-only``: just that).
+``python benchmarks/report.py`` turns ``results.json`` into ``benchmarks/RESULTS.md``.
 
     python benchmarks/suite/run.py                       # everything: 7 tables x 3 eps x 3 runs
     python benchmarks/suite/run.py --tables fair bn1k --epsilons 1 --runs 1
@@ -49,30 +49,26 @@ import pandas as pd
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-RAP_BENCH = HERE.parent / "rap"
 sys.path.insert(0, str(HERE))
 
 import tables as suite_tables  # noqa: E402
 
-METHODS = ("dpql", "mst", "aim", "independent")
-EXTRA_METHODS = ("dpql-shared-shift", "dpql-aim", "dpql-auto")
+METHODS = ("dpql-auto", "mst", "aim", "independent")
+EXTRA_METHODS = ("dpql", "dpql-aim")
 #: dpql methods run with another `synthesizer.method` than the spec's (default options)
 DPQL_SYNTH = {"dpql-aim": "aim", "dpql-auto": "auto"}
 ALL_METHODS = METHODS + EXTRA_METHODS
-DISPLAY_ORDER = ("dpql", "dpql-shared-shift", "dpql-auto", "dpql-aim", "mst", "aim", "independent")
+DISPLAY_ORDER = ("dpql-auto", "dpql", "dpql-aim", "mst", "aim", "independent")
 MBI_METHODS = ("mst", "aim")
 EPSILONS = (0.3, 1.0, 3.0)
 QUICK_TABLES = ("fair", "bn1k")
 
 METHOD_NOTES = {
-    "dpql": "dpql's default synthesizer through `compile_release` (the spec's `synthesizer`, "
-    "default options)",
-    "dpql-shared-shift": "the same, with the RAP++ rounding as it was before issue 19's fix "
-    "(one random shift per relaxed row shared by all columns; `legacy_rounding.py`)",
+    "dpql": "dpql's `method: rap` (RAP++) through `compile_release`, default options",
     "dpql-aim": "dpql's `method: aim` backend (`dpql/synth/aim/`, mbi's estimator through "
     "dpql's oracle, fixed schedule), default options",
     "dpql-auto": "dpql's `method: auto` (`dpql/synth/auto.py`: the planner picks the backend)",
-    "mst": "MST on mbi 2.x (`benchmarks/rap/peers.py`), replace-one, dpql's noise and ledger",
+    "mst": "MST on mbi 2.x (`benchmarks/suite/peers.py`), replace-one, dpql's noise and ledger",
     "aim": "AIM on mbi 2.x (`peers.py`), capped for wall time (see the settings)",
     "independent": "no privacy: each column resampled independently from the real table",
 }
@@ -80,19 +76,6 @@ METHOD_NOTES = {
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _load_module(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def rap_bench():
-    """``benchmarks/rap/run.py`` (its encoding helpers), loaded under its own name."""
-    return _load_module("rap_bench_run", RAP_BENCH / "run.py")
 
 
 def has_mbi() -> bool:
@@ -167,13 +150,9 @@ def load_encoded(spec_path: Path, csv: Path):
 # methods (each returns the synthetic CSV and what it measured about itself)
 
 
-def method_dpql(job: dict[str, Any], legacy: bool = False) -> dict[str, Any]:
+def method_dpql(job: dict[str, Any]) -> dict[str, Any]:
     import dpql
 
-    if legacy:
-        import legacy_rounding
-
-        legacy_rounding.patch()
     t = time.perf_counter()
     res = dpql.compile(job["spec"], seed=job["run"], force=True)  # reruns replace
     wall = time.perf_counter() - t
@@ -199,7 +178,6 @@ def method_peer(job: dict[str, Any]) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import mbi
-    sys.path.insert(0, str(RAP_BENCH))
     import peers
 
     from dpql.privacy.accountant import rho_from_eps_delta
@@ -228,7 +206,7 @@ def method_peer(job: dict[str, Any]) -> dict[str, Any]:
         )  # fmt: skip
     spent = res.ledger.total_rho()
     assert spent <= rho, (spent, rho)
-    df = rap_bench()._frame_from_bins(res.data.to_dict(), domain, np.random.default_rng(seed))
+    df = frame_from_bins(res.data.to_dict(), domain, np.random.default_rng(seed))
     out = Path(job["out_dir"]) / f"{job['tag']}.csv"
     df.to_csv(out, index=False)
     return {
@@ -239,6 +217,34 @@ def method_peer(job: dict[str, Any]) -> dict[str, Any]:
         "events": len(res.ledger),
         "info": res.info,
     }
+
+
+def frame_from_bins(codes: dict[str, np.ndarray], domain, rng: np.random.Generator):
+    """Original units from mbi's codes: categoricals by value, numeric bins by a uniform draw
+    inside the public bin (integer columns: a uniform integer of the bin)."""
+    from dpql.domain import CategoricalColumn
+
+    out: dict[str, Any] = {}
+    for col in domain:
+        c = np.asarray(codes[col.name], dtype=np.int64)
+        null = c == col.null_code if col.nullable else np.zeros(c.size, bool)
+        if isinstance(col, CategoricalColumn):
+            out[col.name] = np.asarray([*col.values, None][: col.card], dtype=object)[c]
+            continue
+        c = np.minimum(c, len(col.edges) - 2)  # the null code decodes to NaN below
+        lo_e = np.asarray(col.edges[:-1])[c]
+        hi_e = np.asarray(col.edges[1:])[c]
+        if col.integer:
+            first = np.ceil(lo_e)
+            last = np.where(c == len(col.edges) - 2, np.floor(hi_e), np.ceil(hi_e) - 1)
+            last = np.minimum(np.maximum(last, first), col.hi)
+            x = np.clip(first + np.floor(rng.random(c.size) * (last - first + 1)), col.lo, col.hi)
+            out[col.name] = pd.array(np.where(null, 0, x).astype(np.int64), dtype="Int64")
+            out[col.name][null] = pd.NA
+        else:
+            x = np.clip(lo_e + rng.random(c.size) * (hi_e - lo_e), col.lo, col.hi)
+            out[col.name] = np.where(null, np.nan, x)
+    return pd.DataFrame(out)
 
 
 def method_independent(job: dict[str, Any]) -> dict[str, Any]:
@@ -258,7 +264,6 @@ def method_independent(job: dict[str, Any]) -> dict[str, Any]:
 
 RUNNERS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "dpql": method_dpql,
-    "dpql-shared-shift": lambda job: method_dpql(job, legacy=True),
     "dpql-aim": method_dpql,
     "dpql-auto": method_dpql,
     "mst": method_peer,
@@ -405,17 +410,8 @@ def record_key(r: dict[str, Any]) -> tuple[str, str, str, int]:
 # report
 
 
-def _mean_sd(xs: list[float]) -> tuple[float, float | None]:
-    m = float(np.mean(xs))
-    return m, (float(np.std(xs, ddof=1)) if len(xs) > 1 else None)
-
-
-def _pm(xs: list[float], digits: int = 4) -> str:
-    m, sd = _mean_sd(xs)
-    return f"{m:.{digits}f}" + (f" ± {sd:.{digits}f}" if sd is not None else "")
-
-
 def summarise(records: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Per (table, epsilon, method): the runs that finished and their figures, as lists."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["table"], r["epsilon"], r["method"]), []).append(r)
@@ -430,108 +426,10 @@ def summarise(records: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
             "time": [r["synth_wall_s"] for r in ok],
             "process": [r["process_wall_s"] for r in ok],
             "rss": [r["peak_rss_mb"] for r in ok],
-            "compile": [r["xla_compile_s"] + r["jax_trace_s"] + r["jax_lower_s"]
-                        for r in ok if "xla_compile_s" in r],
             "cpu": [r["process_cpu_s"] for r in ok if "process_cpu_s" in r],
+            "finished": sorted(r["finished"][:10] for r in ok if "finished" in r),
         }
     return out
-
-
-def _order(values, preferred) -> list:
-    pref = [v for v in preferred if v in values]
-    return pref + sorted(v for v in values if v not in pref)
-
-
-def render_report(results: dict[str, Any], notes: str | None = None) -> str:
-    recs = results["records"]
-    summ = summarise(recs)
-    tables = _order({k[0] for k in summ}, list(suite_tables.TABLES))
-    epsilons = sorted({k[1] for k in summ}, key=float)
-    methods = _order({k[2] for k in summ}, DISPLAY_ORDER)
-    inv = results.get("invocations", [])
-    lines = [
-        "# Benchmark suite: results",
-        "",
-        "*Generated by `benchmarks/suite/run.py` from `results.json`; do not edit by hand "
-        "(notes come from `NOTES.md`).* Mean 3-way TVD = mean total variation distance over "
-        "all 3-way marginals of the spec's discretisation, synthetic vs real (lower is "
-        "better); ± is the sd over runs (fresh DP noise each run). Time = the synthesis call "
-        "(dpql: the whole `compile_release`); process = the worker process, imports and JIT "
-        "included; memory = the worker's peak RSS.",
-        "",
-    ]
-    if notes:
-        lines += [notes.strip(), ""]
-    lines += ["## Mean 3-way TVD", ""]
-    lines += [
-        "| table (n) | epsilon | " + " | ".join(methods) + " |",
-        "|---|---|" + "---|" * len(methods),
-    ]
-    for t in tables:
-        rows = f"{suite_tables.TABLES[t].rows:,}" if t in suite_tables.TABLES else "?"
-        for e in epsilons:
-            cells = []
-            for m in methods:
-                s = summ.get((t, e, m))
-                if not s:
-                    cells.append("")
-                elif not s["runs"]:
-                    cells.append("error")
-                else:
-                    cells.append(f"{_pm(s['tvd'])} ({s['runs']})")
-            if any(cells):
-                lines.append(f"| {t} ({rows}) | {e} | " + " | ".join(cells) + " |")
-    lines += ["", "(n) after a figure: number of runs.", "", "## Every method", ""]
-    lines += [
-        "| table | epsilon | method | runs | mean 3-way TVD | max 3-way TVD | time (s) | "
-        "of it JAX compile (s) | process (s) | process CPU (s) | peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for t in tables:
-        for e in epsilons:
-            for m in methods:
-                s = summ.get((t, e, m))
-                if not s:
-                    continue
-                if not s["runs"]:
-                    lines.append(
-                        f"| {t} | {e} | {m} | 0 | error: {s['errors'][-1]} | | | | | | |"
-                    )
-                    continue
-                comp = _pm(s["compile"], 1) if s["compile"] else ""
-                cpu = _pm(s["cpu"], 1) if s["cpu"] else ""
-                lines.append(
-                    f"| {t} | {e} | {m} | {s['runs']} | {_pm(s['tvd'])} | "
-                    f"{_pm(s['tvd_max'], 3)} | {_pm(s['time'], 1)} | {comp} | "
-                    f"{_pm(s['process'], 1)} | {cpu} | {max(s['rss']):.0f} |"
-                )
-    lines += ["", "## Methods", ""]
-    lines += [f"* `{m}`: {METHOD_NOTES.get(m, m)}." for m in methods]
-    lines += ["", "## Tables", ""]
-    lines += [
-        f"* `{t.name}`: {t.source}; n = {t.rows:,}; spec `specs/{t.spec.name}`."
-        for t in suite_tables.TABLES.values()
-        if t.name in tables
-    ]
-    lines += ["", "## Runs (commands and machine)", ""]
-    for i in inv:
-        m = i.get("machine", {})
-        lines.append(
-            f"* `{i['command']}`: {i.get('started', '?')} to {i.get('finished', 'unfinished')} "
-            f"UTC, dpql {i.get('commit')}, {m.get('cpus')} CPUs ({m.get('processor')}, "
-            f"{m.get('memory_gb')} GB, {m.get('platform')}), load average "
-            f"{_load(i.get('load_start'))} at start, {_load(i.get('load_end'))} at end; "
-            f"{_versions(i.get('versions', {}))}; settings {json.dumps(i.get('settings', {}))}"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _load(x) -> str:
-    return "?" if not x else "/".join(f"{v:.1f}" for v in x)
-
-
-def _versions(v: dict[str, Any]) -> str:
-    return ", ".join(f"{k} {x}" for k, x in v.items() if x)
 
 
 # ------------------------------------------------------------------------------------------
@@ -607,8 +505,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small tables, epsilon 1, 1 run, "
                    "short MST/AIM; results under WORKDIR/quick/")  # fmt: skip
     p.add_argument("--results", type=Path, default=None, help="default: results.json here")
-    p.add_argument("--report", type=Path, default=None, help="default: RESULTS.md beside it")
-    p.add_argument("--report-only", action="store_true")
     p.add_argument("--redo", action="store_true", help="rerun settings already in results")
     p.add_argument("--workdir", type=Path, default=HERE / "work")
     p.add_argument("--data-dir", type=Path, default=suite_tables.DEFAULT_DATA)
@@ -635,14 +531,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a.methods = a.methods or list(METHODS)
     a.runs = a.runs or 3
     a.results = a.results or HERE / "results.json"
-    a.report = a.report or a.results.parent / "RESULTS.md"
     return a
-
-
-def write_report(results: dict[str, Any], path: Path) -> None:
-    notes_file = HERE / "NOTES.md"
-    notes = notes_file.read_text() if path.parent == HERE and notes_file.exists() else None
-    path.write_text(render_report(results, notes))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -653,10 +542,6 @@ def main(argv: list[str] | None = None) -> None:
         Path(job["out_dir"], f"{job['tag']}.info.json").write_text(json.dumps(info, default=str))
         return
     results = load_results(a.results)
-    if a.report_only:
-        write_report(results, a.report)
-        log(f"wrote {a.report}")
-        return
     methods = list(a.methods)
     if not has_mbi() and any(m in MBI_METHODS for m in methods):
         log("mbi is not installed (pip install -e '.[bench]'): skipping MST and AIM")
@@ -718,8 +603,7 @@ def main(argv: list[str] | None = None) -> None:
     invocation["load_end"] = list(os.getloadavg())
     invocation["wall_s"] = time.perf_counter() - t_start
     save_results(results, a.results)
-    write_report(results, a.report)
-    log(f"wrote {a.results} and {a.report} ({invocation['wall_s']:.0f} s)")
+    log(f"wrote {a.results} ({invocation['wall_s']:.0f} s); python benchmarks/report.py")
 
 
 if __name__ == "__main__":

@@ -1,27 +1,24 @@
-"""Issue 16: the GAN backend's fidelity on Adult, paper (min-max) encoding vs public-bin encoding.
+"""How good is ``method: gan`` on Adult? Its defaults beside the paper's setting.
 
 Compiles a copy of ``examples/adult-gan/adult-gan.release.yaml`` (workload ``marginals(3)``,
-delta 1e-5 unless ``--delta``, the given epsilon) through ``dpql.pipeline.compile_release``
+the given epsilon, delta 1/n^2 unless ``--delta``) through ``dpql.pipeline.compile_release``
 once per variant and scores the synthetic table against the real training table: mean and
 max TVD over the 455 3-way marginals (``dpql.evaluate.workload.marginal_tvd``), every
 column's 1-way TVD, and the accuracy of a logistic regression trained on it and tested on
-``examples/adult/adult_test.csv.gz`` (``dpql.evaluate.models.tstr_scores``, as
-``benchmarks/rap/run.py``).
+``examples/adult/adult_test.csv.gz`` (``dpql.evaluate.models.tstr_scores``).
 
-Variants: ``minmax`` (the paper's encoding and DP-SGD setting), ``bins`` (public-bin
-encoding, paper setting), ``bins+marginals`` (public-bin encoding, paper setting, 10% of the
-rho on DP 1-way marginals and resampling to them), ``bins+fit`` (the example's options since
-issue 16: half the rho on DP 1-way and workload 2-way marginals, the generator fitted to them,
-fewer and larger DP-SGD steps), ``default`` (no options: the defaults, bins+fit's configuration).
+Variants: ``default`` (the example with its ``options`` block removed: ``method: gan`` as a
+spec gets it), ``paper`` (``preset: paper``: Tantipongpipat et al. 2019's Adult setting,
+min-max encoding, no measured marginals). Each run's row goes into ``results.json`` beside this
+file, replacing the row of the same variant and epsilon.
 
-    python benchmarks/gan/encoding_benchmark.py --epsilon 1 --variants bins+fit minmax
+    python benchmarks/gan/run.py --epsilon 1 --variants default
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -36,37 +33,23 @@ EXAMPLE = ROOT / "examples" / "adult-gan" / "adult-gan.release.yaml"
 TRAIN = ROOT / "examples" / "adult" / "adult_train.csv.gz"
 TEST = ROOT / "examples" / "adult" / "adult_test.csv.gz"
 LABEL = "income"
-#: the paper's ADULT DP-SGD setting (App. E.1), for the variants of the earlier measurement
-PAPER: dict[str, Any] = {
-    "ae_batch_size": 64, "ae_steps": 10_000, "critic_batch_size": 128, "critic_steps": 15_000,
-    "critic_steps_per_generator_step": 15, "marginal_share": 0.0, "finetune_steps": 0,
-}  # fmt: skip
-VARIANTS: dict[str, dict[str, Any] | None] = {
-    "minmax": {**PAPER, "encoding": "minmax"},
-    "bins": {**PAPER, "encoding": "bins"},
-    "bins+marginals": {**PAPER, "encoding": "bins", "marginal_share": 0.1, "marginal_ways": 1,
-                       "marginal_weight": 0.0},
-    # issue 16's "fidelity by design", the example's options: half the rho on 1-way + workload
-    # 2-way marginals, the generator fitted to them; fewer, larger DP-SGD steps (calibrated)
-    "bins+fit": {"encoding": "bins", "marginal_share": 0.5, "marginal_ways": 2,
-                 "ae_batch_size": 256, "ae_steps": 1000, "critic_batch_size": 256,
-                 "critic_steps": 1000, "critic_steps_per_generator_step": 5,
-                 "finetune_steps": 2000},
-    # `method: gan` with no options at all: the defaults, which are bins+fit's configuration
-    "default": None,
-}
+RESULTS = Path(__file__).resolve().parent / "results.json"
+DELTA = 1 / 32561**2  # 1/n^2 on the training split
+VARIANTS: dict[str, dict[str, Any] | None] = {"default": None, "paper": {"preset": "paper"}}
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from machine import describe, write_results  # noqa: E402
 
 
-def write_spec(variant: str, eps: float, workdir: Path, delta: float = 1e-5) -> Path:
+def write_spec(variant: str, eps: float, workdir: Path, delta: float = DELTA) -> Path:
     spec = yaml.safe_load(EXAMPLE.read_text())
     spec["data"]["path"] = str(TRAIN)
     spec["workload"] = ["marginals(3)"]
     spec["privacy"] = {"epsilon": float(eps), "delta": float(delta), **{
         k: v for k, v in spec["privacy"].items() if k == "split"}}  # fmt: skip
-    if VARIANTS[variant] is None:
-        spec["synthesizer"].pop("options")
-    else:
-        spec["synthesizer"]["options"].update(VARIANTS[variant])
+    spec["synthesizer"].pop("options", None)
+    if VARIANTS[variant] is not None:
+        spec["synthesizer"]["options"] = dict(VARIANTS[variant])
     tag = f"{variant.replace('+', '_')}_eps{eps:g}"
     spec["output"] = {
         "path": str(workdir / f"gan_{tag}.csv"),
@@ -102,7 +85,7 @@ def score(spec_path: Path, table: Path, seed: int) -> dict[str, Any]:
     }
 
 
-def run(variant: str, eps: float, workdir: Path, seed: int, delta: float = 1e-5) -> dict[str, Any]:
+def run(variant: str, eps: float, workdir: Path, seed: int, delta: float = DELTA) -> dict[str, Any]:
     from dpql.pipeline import compile_release
 
     spec = write_spec(variant, eps, workdir, delta)
@@ -124,7 +107,6 @@ def run(variant: str, eps: float, workdir: Path, seed: int, delta: float = 1e-5)
         "stage_timings_s": res.timings,
         "phase_end_s": phases,
         "epsilon_spent": res.record["privacy"]["spent"]["epsilon"],
-        "loadavg_before": os.getloadavg(),
     }
     out.update(score(spec, res.table_path, seed))
     return out
@@ -133,22 +115,24 @@ def run(variant: str, eps: float, workdir: Path, seed: int, delta: float = 1e-5)
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epsilon", type=float, nargs="+", default=[1.0])
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    ap.add_argument("--delta", type=float, default=1e-5, help="e.g. 9.43e-10 = 1/n^2 (rap/run.py)")
+    ap.add_argument("--variants", nargs="+", default=["default"], choices=list(VARIANTS))
+    ap.add_argument("--delta", type=float, default=DELTA)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--output", type=Path, default=None, help="JSON results file")
     a = ap.parse_args(argv)
+    saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for eps in a.epsilon:
             for variant in a.variants:
-                load = os.getloadavg()
-                r = run(variant, eps, Path(tmp), a.seed, a.delta)
-                r["loadavg_before"] = load
+                machine = describe()  # the load before the run
+                r = run(variant, eps, Path(tmp), a.seed, a.delta) | {"machine": machine}
                 results.append(r)
+                saved["rows"] = [
+                    x for x in saved["rows"] if (x["variant"], x["epsilon"]) != (variant, eps)
+                ] + [r]
+                saved["command"] = " ".join(["python", *(argv or sys.argv)])
+                write_results(RESULTS, saved)
                 print(json.dumps(r), flush=True)
-    if a.output:
-        a.output.write_text(json.dumps(results, indent=2) + "\n")
     for r in results:
         worst = max(r["tvd1"], key=r["tvd1"].get)
         print(
