@@ -24,6 +24,8 @@
    into the out-of-core row store, each step's Poisson sample fetched by row number).
 
 The domain comes from the example spec via ``dpql.spec.load_spec`` (no data is read to plan).
+Every result goes into ``results.json`` beside this file as soon as it is measured, replacing
+the entry of the same row count (and engine), with the machine and its load at that moment.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "adult" / "adult.release.yaml"
 TRAIN = ROOT / "examples" / "adult" / "adult_train.csv.gz"
 CHUNK = 1_000_000
+RESULTS = Path(__file__).resolve().parent / "results.json"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from machine import describe, write_results  # noqa: E402
 
 
 def domain():
@@ -291,6 +297,17 @@ def main() -> None:
         return
 
     args.workdir.mkdir(parents=True, exist_ok=True)
+    saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    settings = {k: getattr(args, k) for k in ("memory_limit", "spark_memory", "threads")}
+
+    def keep(part: str, entry: dict, key: tuple[str, ...]) -> None:
+        """``entry`` into ``results.json``'s ``part``, replacing the one with the same key."""
+        entry = {**entry, "machine": describe(), "settings": settings}
+        old = [e for e in saved.get(part, []) if any(e.get(k) != entry.get(k) for k in key)]
+        saved[part] = [*old, entry]
+        saved["command"] = " ".join(["python", *sys.argv])
+        write_results(RESULTS, saved)
+
     load = os.getloadavg()
     print(
         f"# {platform.node()} {platform.processor() or platform.machine()}, "
@@ -316,17 +333,20 @@ def main() -> None:
             result = run_child(["--child", engine, str(path), *common])
             if result is not None:
                 results.append(result)
+                keep("measure", result, ("rows", "engine"))
                 print(json.dumps(result), f"load {os.getloadavg()[0]:.1f}", flush=True)
         if args.dpsgd:
             dpsgd_args = ["--dpsgd", str(args.dpsgd), "--dpsgd-engine", args.dpsgd_engine]
             result = run_child(["--dpsgd-child", str(path), *dpsgd_args])
             if result is not None:
                 trainings.append(result)
+                keep("dpsgd", {"rows": rows, **result}, ("rows", "engine"))
                 print(json.dumps(result), f"load {os.getloadavg()[0]:.1f}", flush=True)
         if args.compile:
             result = run_child(["--compile-child", str(compile_spec(path, rows))])
             if result is not None:
                 compiles.append({"rows": rows, **result})
+                keep("compile", compiles[-1], ("rows",))
                 print(json.dumps(compiles[-1]), f"load {os.getloadavg()[0]:.1f}", flush=True)
     if results:
         print(
