@@ -1,0 +1,53 @@
+"""benchmarks/report.py: RESULTS.md is generated from each question's results file, and a
+question without one says so and gives its command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("bench_report", BENCH / "report.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_report"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop("bench_report", None)
+
+
+def test_every_question_names_a_harness_that_exists(report):
+    for q in report.QUESTIONS:
+        assert (BENCH / q.harness).is_file(), q.harness
+        assert q.results.endswith(".json"), q.results
+
+
+def test_the_committed_results_md_is_what_the_script_writes(report):
+    assert (BENCH / "RESULTS.md").read_text() == report.render(), (
+        "benchmarks/RESULTS.md is stale: run python benchmarks/report.py"
+    )
+
+
+def test_a_question_without_results_says_so_and_gives_its_command(report, tmp_path):
+    text = report.render(tmp_path)  # no results file at all
+    for q in report.QUESTIONS:
+        assert f"`benchmarks/{q.results}` does not exist yet" in text
+        assert q.command in text
+
+
+def test_a_results_file_fills_its_section(report, tmp_path):
+    q = next(q for q in report.QUESTIONS if q.harness == "privacy/run.py")
+    (tmp_path / q.results).parent.mkdir(parents=True)
+    shutil.copy(BENCH / q.results, tmp_path / q.results)
+    text = "\n".join(report.section(q, tmp_path))
+    best = json.loads((BENCH / q.results).read_text())["engines"]["memory"]["best"]
+    assert "| memory | " in text and f"{best['noise_s']:.3f}" in text
+    assert "does not exist yet" not in text
