@@ -3,8 +3,10 @@ question without one says so and gives its command."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -51,3 +53,25 @@ def test_a_results_file_fills_its_section(report, tmp_path):
     best = json.loads((BENCH / q.results).read_text())["engines"]["memory"]["best"]
     assert "| memory | " in text and f"{best['noise_s']:.3f}" in text
     assert "does not exist yet" not in text
+
+
+def _module_constants() -> set[str]:
+    """Every UPPER_CASE name assigned at module level anywhere in dpql/."""
+    names: set[str] = set()
+    for path in (BENCH.parent / "dpql").rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            )
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and n.id.isupper():
+                        names.add(n.id)
+    return names
+
+
+def test_every_constant_decisions_md_names_is_in_dpql():
+    named = set(re.findall(r"`([A-Z][A-Z0-9_]{2,})[`/]", (BENCH / "DECISIONS.md").read_text()))
+    assert len(named) > 30  # the pattern still finds the table's names
+    missing = sorted(named - _module_constants())
+    assert not missing, f"DECISIONS.md names constants dpql/ no longer has: {missing}"
