@@ -1,6 +1,6 @@
 """AIM (McKenna et al. 2022) on the graphical-model estimators of ``mbi`` 2.x, as a dpql backend.
 
-The mechanism logic follows ``benchmarks/rap/peers.py`` (which follows the reference script),
+The mechanism logic follows ``benchmarks/suite/peers.py`` (which follows the reference script),
 but every private access goes through dpql's measurement oracle (exact discrete Gaussian,
 Gumbel top-k, dpql's ledger), with these deliberate differences from the reference script:
 

@@ -64,7 +64,7 @@ INIT_SHARE_ONE_MARGINAL = 0.9
 #: expected noise L1 at or below this (a measurement noisier than that mostly adds noise)
 PAIR_L1_TARGET = 0.3
 #: at most this many selected marginals by default (AIM's T = 16 d spends most rounds
-#: re-measuring; capped as in ``benchmarks/rap``); one per column below it, all of them where
+#: re-measuring; capped as in ``benchmarks/suite``); one per column below it, all of them where
 #: even this many leave the median pair's expected noise L1 at most ABUNDANT_PAIR_L1
 MAX_MARGINALS = 16
 ABUNDANT_PAIR_L1 = 0.05
@@ -110,7 +110,7 @@ def default_schedule(
        little, while tables that afford several marginals lose by giving them up.
     2. The number of selected marginals ``m``: one per column, at least 4 and at most
        :data:`MAX_MARGINALS` (16; AIM's T = 16 d spends most rounds re-measuring; capped as in
-       ``benchmarks/rap``), or 16 whatever the columns where even 16 leave the median pair's
+       ``benchmarks/suite``), or 16 whatever the columns where even 16 leave the median pair's
        expected noise L1 at most :data:`ABUNDANT_PAIR_L1` (where pairs are that cheap, more
        of them help; where they are noisier, more do not); never more than the candidates,
        and no more than leaves the median 2-way candidate's expected noise L1 at or below
