@@ -12,7 +12,7 @@ compilation, and peak RSS is that method's alone):
   with that backend; not run unless asked.
 * ``mst``, ``aim``: ``peers.py`` here, on mbi 2.x, same rho (tight conversion of
   (epsilon, 1/n^2)), replace-one sensitivities, the spec's discretisation. AIM is capped for
-  wall time as in ``benchmarks/rap`` (T = 4 d rounds, at most 16 adaptive rounds, 20 MB model
+  wall time (T = 4 d rounds, at most 16 adaptive rounds, 20 MB model
   cap, 250 / 1000 mirror-descent iterations); ``--aim-*`` flags change the caps.
 * ``independent``: no privacy; every column resampled independently from the real table (the
   product of its real 1-way marginals), n rows.

@@ -175,7 +175,7 @@ BN_NODES: tuple[Node, ...] = (
     Node("insured", ("income", "employment"), values=("no", "yes")),
     Node("visits", ("health", "insured"), edges=(0, 1, 2, 3, 5, 8, 12, 20, 41)),
 )
-BN_CPT_SEED = 19  # the CPTs are a fixed function of this seed (issue 19)
+BN_CPT_SEED = 19  # the CPTs are a fixed function of this seed
 
 
 def bn_cpts() -> dict[str, np.ndarray]:
