@@ -208,11 +208,15 @@ def render_gan(results: dict[str, Any]) -> list[str]:
             _f(r["tvd3_max"], 3), f"{r['tvd1_max']:.3f} ({worst})", _f(r["lr_accuracy"], 3),
             f"{r['compile_wall_s']:.0f}", _machine(r.get("machine")),
         ])  # fmt: skip
-    return _table(
+    lines = _table(
         ["variant", "epsilon", "delta", "3-way TVD mean", "max", "worst 1-way TVD",
          "LR accuracy (test split)", "compile wall s", "machine"],
         rows,
     )  # fmt: skip
+    missing = sorted({"default", "paper"} - {r["variant"] for r in results["rows"]})
+    if missing:
+        lines += ["", f"*Not in the current results:* the {', '.join(missing)} variant."]
+    return lines
 
 
 def render_privacy(results: dict[str, Any]) -> list[str]:
@@ -237,10 +241,11 @@ def render_scale(results: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if results.get("measure"):
         lines += [*_table(
-            ["rows", "engine", "open s", "455 marginals s", "total s", "peak RSS MiB", "load"],
+            ["rows", "engine", "open s", "455 marginals s", "total s", "peak RSS MiB", "load",
+             "sha256 of the sums"],
             [[f"{r['rows']:,}", r["engine"], str(r["open_s"]), str(r["marginals_s"]),
               str(r["total_s"]), str(r["peak_rss_mb"]),
-              "/".join(f"{x:.1f}" for x in r["machine"]["load_avg"])]
+              "/".join(f"{x:.1f}" for x in r["machine"]["load_avg"]), f"`{r['sha256']}`"]
              for r in results["measure"]],
         ), ""]  # fmt: skip
     for part in ("compile", "dpsgd"):
@@ -248,8 +253,13 @@ def render_scale(results: dict[str, Any]) -> list[str]:
             shown = {k: v for k, v in r.items() if k not in ("machine", "settings")}
             lines.append(f"* {part}: `{json.dumps(shown)}`")
     entries = [r for p in ("measure", "compile", "dpsgd") for r in results.get(p, [])]
+    missing = [p for p in ("compile", "dpsgd") if not results.get(p)]
+    if not any(r["rows"] >= 10_000_000 for r in entries):
+        missing.insert(0, "10M rows")
+    if missing:
+        lines.append(f"*Not in the current results:* {', '.join(missing)} (run the command above).")
     if entries:
-        lines += ["", f"Machine: {_machine(entries[-1]['machine'])}."]
+        lines.append(f"Machine: {_machine(entries[-1]['machine'])}.")
     return lines
 
 
@@ -322,8 +332,8 @@ def section(q: Question, root: Path = HERE) -> list[str]:
             "",
         ]
     results = json.loads(path.read_text())
-    if isinstance(results, dict) and results.get("command"):
-        lines[-2] = f"**Command.** `{results['command']}`"
+    if isinstance(results, dict) and results.get("command", q.command) != q.command:
+        lines += [f"**Last run.** `{results['command']}`", ""]
     return lines + q.render(results) + [""]
 
 
