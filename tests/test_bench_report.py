@@ -75,3 +75,28 @@ def test_every_constant_decisions_md_names_is_in_dpql():
     assert len(named) > 30  # the pattern still finds the table's names
     missing = sorted(named - _module_constants())
     assert not missing, f"DECISIONS.md names constants dpql/ no longer has: {missing}"
+
+
+def _benchmark_paths() -> list[tuple[str, str]]:
+    """(path, 'file:line') for each ``benchmarks/...`` path the docs and the code name, except
+    on lines that point into the archive tag."""
+    root = BENCH.parent
+    files = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "spec").glob("*.md"),
+             *(root / "examples").rglob("README.md"), *(root / "dpql").rglob("*.py")]  # fmt: skip
+    out = []
+    for f in files:
+        for number, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1):
+            if "benchmarks-archive-" in line:
+                continue
+            for path in re.findall(r"\bbenchmarks/[\w./-]*", line):
+                out.append((path.rstrip("./"), f"{f.relative_to(root)}:{number}"))
+    return out
+
+
+def test_every_benchmark_path_the_docs_and_code_name_exists():
+    named = _benchmark_paths()
+    assert named  # the pattern still finds the references
+    missing = [f"{where}: {path}" for path, where in named if not (BENCH.parent / path).exists()]
+    assert not missing, "point these at benchmarks/RESULTS.md or the archive tag:\n" + "\n".join(
+        missing
+    )
