@@ -1,4 +1,4 @@
-"""Issue 15 on a small table: post-processing a 1,000-row table toward two requirements must
+"""Post-processing on a small table: a 1,000-row table toward two requirements must
 not collapse it (effective sample size >= 50% of the rows) nor hurt its 3-way marginals (mean
 TVD against the private table at most 1.05x the unprocessed table's).
 
