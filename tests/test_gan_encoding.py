@@ -1,4 +1,4 @@
-"""Issue 16: the GAN's public-bin encoding and its DP 1-way marginal phase."""
+"""The GAN's public-bin encoding and its DP 1-way marginal phase."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 16, fidelity by design: the GAN's workload marginals (plan, penalty, sampling)."""
+"""Fidelity by design: the GAN's workload marginals (plan, penalty, sampling)."""
 
 from __future__ import annotations
 

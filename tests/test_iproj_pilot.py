@@ -1,4 +1,4 @@
-"""Issue 15 item 6: a logistic requirement's *pilot* (``dpql.plan.requirements.piloted``,
+"""A logistic requirement's *pilot* (``dpql.plan.requirements.piloted``,
 ``dpql.postprocess.run.with_pilots``). Its test compares the final model's accuracy on the
 synthetic table with the same model's accuracy on the real one; moments the projection matches
 do not move that gap, so the requirement is measured by its pilot alone: compile fits the model

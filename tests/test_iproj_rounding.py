@@ -1,4 +1,4 @@
-"""Issue 15 item 5: the resampling keeps the statistics the verdicts read
+"""The resampling keeps the statistics the verdicts read
 (``dpql.sampling.balanced_counts``, ``resample(keep=...)``,
 ``dpql.postprocess.run.requirement_boxes``): a controlled rounding of the reweighted counts, every
 row still ``floor`` or ``ceil`` of its expected count."""

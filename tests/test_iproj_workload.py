@@ -1,4 +1,4 @@
-"""Issue 15 item 3: the synthesizer's own noisy workload answers are kept as penalties of the
+"""The synthesizer's own noisy workload answers are kept as penalties of the
 noise-aware projection (``iproj.sparse_workload``, ``dual.solve_penalised``), so
 post-processing toward the requirements drifts less from what the synthesizer fitted."""
 

@@ -1,4 +1,4 @@
-"""Issue 15 item 1: the planner chooses the post-processing budget (dpql/plan/split.py).
+"""The planner chooses the post-processing budget (dpql/plan/split.py).
 
 Data-free: every spec here points at a data file that does not exist."""
 
@@ -159,7 +159,7 @@ def test_manual_weights_stay_an_override(tmp_path: Path) -> None:
 
 
 def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> None:
-    """Issue 15: planned at the uniform spread, corr(age, hours_per_week)'s release gave a test
+    """Planned at the uniform spread, corr(age, hours_per_week)'s release gave a test
     sd of 0.045 on the real Adult moments against a planned 0.0245 (age and hours have sds of
     0.19 and 0.13 of their ranges, the uniform 0.29). At the triangular planning spread the
     example's own plan, spread by compile's allocation at the *real* moments (the best the

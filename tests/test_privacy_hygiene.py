@@ -1,4 +1,4 @@
-"""Issue 14 item 6: no timings in the public record, a fail-closed odometer, and a curator file
+"""No timings in the public record, a fail-closed odometer, and a curator file
 kept apart from the published outputs with a keyed HMAC instead of the data file's SHA-256."""
 
 from __future__ import annotations

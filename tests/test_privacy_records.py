@@ -230,7 +230,7 @@ def test_lifetime_of_a_single_epsilon_2_release_is_at_least_epsilon_2(tmp_path: 
 
 
 def test_the_issue_history_no_longer_composes_below_its_release(tmp_path: Path) -> None:
-    """Issue 14: one recorded release of epsilon 2.0 (an external table of 0.5 plus dpql's own
+    """One recorded release of epsilon 2.0 (an external table of 0.5 plus dpql's own
     Gaussian measurements), then an epsilon-1.0 release: the old rho-only composition printed
     1.994, below the recorded release alone."""
     ext = _external(0.5, 1e-10, "replace_one")

@@ -190,7 +190,7 @@ def test_a_centred_mean_has_less_noise_than_the_plain_ratio() -> None:
 
 
 def test_a_correlation_is_planned_at_the_triangular_spread_not_the_uniform() -> None:
-    """Issue 15: the planner's corr sd was the delta method at the *uniform* spread, half the sd
+    """The planner's corr sd was the delta method at the *uniform* spread, half the sd
     of a correlation between triangular-spread columns (its derivative is 1 / (sd_a sd_b): 12
     against 24). The planning spread is now the triangular one, so a table spread uniformly has
     a smaller sd than planned (the plan errs on the safe side) and a triangular one the planned

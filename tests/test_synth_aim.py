@@ -1,4 +1,4 @@
-"""Issue 19: the graphical-model backend (``method: aim``) and ``method: auto``.
+"""The graphical-model backend (``method: aim``) and ``method: auto``.
 
 * aim's plan lines are exactly the ledger events of a run on a small generated table;
 * its plan is data-free and imports neither mbi nor JAX;

@@ -182,7 +182,7 @@ def test_rounding_integral_rows_reproduces_the_table():
 def test_rounding_keeps_independent_columns_independent():
     """Relaxed rows whose columns are independent (every row the same product distribution)
     must round to a table whose columns are independent, with each column's counts those of
-    the relaxed rows in expectation. Issue 19: one random shift per relaxed row, shared by
+    the relaxed rows in expectation. One random shift per relaxed row, shared by
     all columns, drew every column of a row at the same quantile (code correlations near 1)."""
     domain = Domain(
         (
