@@ -32,6 +32,9 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from machine import commit  # noqa: E402
+
 ROWS = HERE / "coverage.jsonl"
 SUMMARY = HERE / "coverage.json"
 # Each suite table's requirements (tolerances the plan calls reachable at epsilon 1).
@@ -192,20 +195,12 @@ def compile_once(table: str, seed: int, requirements: bool) -> dict:
     return row
 
 
-def _commit() -> str:
-    import subprocess
-
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                         text=True, check=False)  # fmt: skip
-    return out.stdout.strip()
-
-
 def run(args: argparse.Namespace) -> None:
     for seed in args.seeds:
         for table in args.table:
             row = compile_once(table, seed, not args.baseline)
             row["tag"] = args.tag
-            row["commit"] = _commit()
+            row["commit"] = commit()
             with ROWS.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)

@@ -50,8 +50,10 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 
 import tables as suite_tables  # noqa: E402
+from machine import commit  # noqa: E402
 
 METHODS = ("dpql-auto", "mst", "aim", "independent")
 EXTRA_METHODS = ("dpql", "dpql-aim")
@@ -354,20 +356,6 @@ class Evaluator:
 # results file
 
 
-def git_commit() -> str | None:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "dpql"], cwd=ROOT, capture_output=True,
-            text=True,
-        ).stdout.strip()  # fmt: skip
-    except OSError:
-        return None
-    return f"{head}{' + uncommitted changes under dpql/' if dirty else ''}" if head else None
-
-
 def versions() -> dict[str, str | None]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -555,7 +543,7 @@ def main(argv: list[str] | None = None) -> None:
     invocation = {
         "command": " ".join(["python", *[str(x) for x in sys.argv]]),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": commit(),
         "machine": machine(),
         "versions": versions(),
         "settings": settings,
