@@ -33,3 +33,16 @@ def test_enable_sets_jax_config_once_and_keeps_a_users_setting(tmp_path, monkeyp
         assert enable_compilation_cache() == tmp_path / "c"  # a directory already set is kept
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_compile_flag_turns_the_cache_off(tmp_path, monkeypatch):
+    """``dpql compile --no-compile-cache`` sets the switch the synthesizers read, before any
+    spec is read (here the spec is missing: the compile fails, the switch is set)."""
+    from dpql.cli import main
+
+    monkeypatch.delenv("DPQL_NO_JAX_CACHE", raising=False)
+    assert main(["compile", str(tmp_path / "missing.yaml"), "--no-compile-cache"]) == 1
+    assert cache_dir() is None
+    monkeypatch.delenv("DPQL_NO_JAX_CACHE")
+    assert main(["compile", str(tmp_path / "missing.yaml")]) == 1
+    assert cache_dir() is not None

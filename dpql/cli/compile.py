@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,8 @@ def _progress(verbose: bool) -> tuple[Callable[[str, int, int], None], Callable[
 def cmd_compile(args: argparse.Namespace) -> int:
     from dpql.pipeline import Interrupted, compile_release
 
+    if args.no_compile_cache:  # read by dpql.synth.jax_cache when a synthesizer starts
+        os.environ["DPQL_NO_JAX_CACHE"] = "1"
     update, stop = _progress(args.verbose) if not args.quiet else (None, lambda: None)
     try:
         result = compile_release(

@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEYFILE",
         help="sign the provenance record with this Ed25519 private key (from dpql keygen)",
     )
+    s.add_argument(
+        "--no-compile-cache",
+        action="store_true",
+        help="do not read or write JAX's persistent compilation cache (~/.cache/dpql/jax; "
+        "the same as DPQL_NO_JAX_CACHE=1)",
+    )
     s.set_defaults(func=cmd_compile)
 
     s = sub.add_parser(

@@ -136,53 +136,64 @@ def tree_model(domain, one_way: dict[str, np.ndarray], pairs: dict[tuple[str, st
 
 def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
     """The model's marginal on ``cl`` in counts (row-major over ``cl``, like
+    ``Factor.datavector``); :func:`model_marginals` for one clique."""
+    return model_marginals(model, [cl])[0]
+
+
+def model_marginals(model, cls: Sequence[tuple[str, ...]]) -> list[np.ndarray]:
+    """The model's marginals on each of ``cls`` in counts (row-major over each clique, like
     ``Factor.datavector``): variable elimination over the exponentiated potentials in numpy, in
     mbi's greedy elimination order (``variable_elimination`` without its per-(model, clique)
-    JIT compile). Each step multiplies only the factors that mention the eliminated attribute,
+    JIT compile). The potentials leave the device and are exponentiated once for all of
+    ``cls``. Each step multiplies only the factors that mention the eliminated attribute,
     so no intermediate is larger than the triangulated model needs. (One einsum over all
     potentials is not safe: where no pairwise contraction fits numpy's memory limit, its greedy
     path falls back to a single loop over the product of every domain, minutes on Adult.)"""
     if isinstance(model, IndependentModel):
-        return model.marginal(cl)
+        return [model.marginal(cl) for cl in cls]
     import_mbi()
     from mbi import junction_tree
 
-    pot = model.potentials
     domain = model.domain
     letters = {a: chr(ord("a") + i) for i, a in enumerate(domain.attributes)}
 
     def sub(attrs: Sequence[str]) -> str:
         return "".join(letters[a] for a in attrs)
 
-    factors: list[tuple[tuple[str, ...], np.ndarray]] = []
-    for f in pot.tables.values():
+    host: list[tuple[tuple[str, ...], np.ndarray]] = []
+    for f in model.potentials.tables.values():
         v = np.asarray(f.values, dtype=np.float64)
-        factors.append((tuple(f.domain.attributes), np.exp(v - v.max())))
-    elim = [a for a in domain.attributes if a not in cl]
-    order, _ = junction_tree.greedy_order(domain, [a for a, _ in factors] + [tuple(cl)], elim=elim)
-    for z in order:
-        bucket = [f for f in factors if z in f[0]]
-        if not bucket:
-            continue
-        union = (*dict.fromkeys(a for f in bucket for a in f[0] if a != z), z)
-        prod = _aligned(*bucket[0], union)
-        for f in bucket[1:]:
-            prod = prod * _aligned(*f, union)
-        arr = prod.sum(axis=-1)
-        top = float(arr.max()) if arr.size else 0.0
-        rest = [f for f in factors if z not in f[0]]
-        factors = [*rest, (union[:-1], arr / top if top > 0 else arr)]
-    mentioned = {a for attrs, _ in factors for a in attrs}
-    kept = [a for a in cl if a in mentioned]
-    p = np.einsum(",".join(sub(f[0]) for f in factors) + "->" + sub(kept),
-                  *(f[1] for f in factors)) if factors else np.ones(())  # fmt: skip
-    out = list(kept)
-    for a in cl:  # an attribute no potential mentions is uniform in the model
-        if a not in mentioned:
-            p = np.expand_dims(p, -1) * np.ones(domain[a])
-            out.append(a)
-    p = np.transpose(p, [out.index(a) for a in cl])
-    return (p / p.sum() * float(model.total)).ravel()
+        host.append((tuple(f.domain.attributes), np.exp(v - v.max())))
+    scopes = [a for a, _ in host]
+    out_all = []
+    for cl in cls:
+        factors = list(host)
+        elim = [a for a in domain.attributes if a not in cl]
+        order, _ = junction_tree.greedy_order(domain, [*scopes, tuple(cl)], elim=elim)
+        for z in order:
+            bucket = [f for f in factors if z in f[0]]
+            if not bucket:
+                continue
+            union = (*dict.fromkeys(a for f in bucket for a in f[0] if a != z), z)
+            prod = _aligned(*bucket[0], union)
+            for f in bucket[1:]:
+                prod = prod * _aligned(*f, union)
+            arr = prod.sum(axis=-1)
+            top = float(arr.max()) if arr.size else 0.0
+            rest = [f for f in factors if z not in f[0]]
+            factors = [*rest, (union[:-1], arr / top if top > 0 else arr)]
+        mentioned = {a for attrs, _ in factors for a in attrs}
+        kept = [a for a in cl if a in mentioned]
+        p = np.einsum(",".join(sub(f[0]) for f in factors) + "->" + sub(kept),
+                      *(f[1] for f in factors)) if factors else np.ones(())  # fmt: skip
+        out = list(kept)
+        for a in cl:  # an attribute no potential mentions is uniform in the model
+            if a not in mentioned:
+                p = np.expand_dims(p, -1) * np.ones(domain[a])
+                out.append(a)
+        p = np.transpose(p, [out.index(a) for a in cl])
+        out_all.append((p / p.sum() * float(model.total)).ravel())
+    return out_all
 
 
 def _aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
@@ -275,12 +286,16 @@ def sample_rows(model, rows: int, rng: np.random.Generator) -> dict[str, np.ndar
         )
         cliques = [set(cl) for cl in jtree.nodes]
         order = list(elimination[::-1])
+    parents_of = {
+        col: tuple(a for a in order[:i] if any(col in cl and a in cl for cl in cliques))
+        for i, col in enumerate(order)
+    }
+    margs = model_marginals(model, [(*parents_of[col], col) for col in order])
     data: dict[str, np.ndarray] = {}
-    for col in order:
+    for col, marg in zip(order, margs, strict=True):
         size = card[col]
-        parents = tuple(a for a in order if a in data
-                        and any(col in cl and a in cl for cl in cliques))  # fmt: skip
-        marg = model_marginal(model, (*parents, col)).reshape([card[a] for a in parents] + [size])
+        parents = parents_of[col]
+        marg = marg.reshape([card[a] for a in parents] + [size])
         if not parents:
             data[col] = _round_counts(marg, rows, rng)
             continue

@@ -51,10 +51,11 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
     planned pairs that join two components of the forest so far, scored by their L1 error
     against ``model`` (the 1-way model) less their expected noise, as every AIM pick is.
     ``s.tree`` is the planned pairs' spanning-forest size, so every pick has a pool."""
-    from dpql.synth.aim.graphical import model_marginal
+    from dpql.synth.aim.graphical import model_marginals
 
     n = s.n
-    synth = {cl: model_marginal(model, cl) / n for cl in s.tree_pairs}
+    synth = {cl: m / n for cl, m in zip(s.tree_pairs, model_marginals(model, s.tree_pairs),
+                                        strict=True)}  # fmt: skip
     where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
     cls: list[tuple[str, ...]] = []
     for j, r in enumerate(select_parts(rs, s.tree)):
@@ -77,7 +78,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     round's noise would not swamp and that keep the model within ``limit`` MB."""
     from mbi import junction_tree
 
-    from dpql.synth.aim.graphical import IndependentModel, model_marginal
+    from dpql.synth.aim.graphical import IndependentModel, model_marginals
 
     n = s.n
     if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
@@ -103,7 +104,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
         live += [c for c in sorted(s.candidates, key=cells) if c not in live]
         live = live[: max(s.k(), len(live))]
-    synth = {cl: model_marginal(model, cl) / n for cl in live}
+    synth = {cl: m / n for cl, m in zip(live, model_marginals(model, live), strict=True)}
     cls: list[tuple[str, ...]] = []
     # k selections one at a time, each among the candidates that share no column pair with
     # this round's earlier picks (all unpicked ones if none is left): one release per round
@@ -132,7 +133,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     from dpql.synth.aim.graphical import (
         IndependentModel,
         balance_rows,
-        model_marginal,
+        model_marginals,
         quick_start_mirror_descent,
         sample_rows,
         tree_model,
@@ -208,7 +209,8 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     if options.balance_sweeps:
         # the workload's marginals (the maximal candidates), at the model's expected counts
         scale = rows / float(n)
-        targets = [(cl, model_marginal(model, cl) * scale) for cl in s.targets]
+        margs = model_marginals(model, s.targets)
+        targets = [(cl, m * scale) for cl, m in zip(s.targets, margs, strict=True)]
         data = balance_rows(data, targets, {c: dom.card(c) for c in s.columns}, rng,
                             sweeps=options.balance_sweeps)  # fmt: skip
     order = rng.permutation(rows)
