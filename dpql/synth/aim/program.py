@@ -5,7 +5,6 @@ are imported when the run starts."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -91,15 +90,17 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
         def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
             return junction_tree.hypothetical_model_size(mdom, [*now, cl])
 
-    in_model = set()
-    for c in model.cliques:
-        for r in range(2, len(c) + 1):
-            in_model.update(itertools.combinations(c, r))
+    # a candidate inside a clique of the model's junction tree adds nothing to its size
+    if isinstance(model, IndependentModel):
+        held: list[frozenset[str]] = []
+    else:
+        jtree, _ = junction_tree.make_junction_tree(mdom, [tuple(c) for c in model.cliques])
+        held = [frozenset(c) for c in jtree.nodes]
     live = [
         cl
         for cl in s.candidates
         if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT
-        and (cl in in_model or model_size(cl) <= limit)
+        and (any(h.issuperset(cl) for h in held) or model_size(cl) <= limit)
     ]
     if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
         live += [c for c in sorted(s.candidates, key=cells) if c not in live]
