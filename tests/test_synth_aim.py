@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from dpql.plan.planner import build_plan
 from dpql.spec.load import load_spec
@@ -382,3 +383,27 @@ def test_a_split_of_phases_aim_does_not_have_is_refused(tmp_path):
     with pytest.raises(DiagnosticError) as err:
         build_plan(load_spec(path))
     assert [d.code for d in err.value.diagnostics] == ["E108"]
+
+
+def test_the_schedule_prices_measurements_by_value_cells(tmp_path):
+    """Under ``missing: keep`` every column has a null cell; the schedule prices a measurement
+    by its value cells, so a spec gets the same AIM schedule whether its columns may be empty
+    (keep) or not (drop)."""
+    import dpql
+
+    src = Path(__file__).parent.parent / "examples" / "adult" / "adult.release.yaml"
+    base = yaml.safe_load(src.read_text())
+    base["data"]["path"] = str(src.parent / base["data"]["path"])
+    base["workload"] = ["marginals(3)"]
+    base.pop("requirements", None)
+    base.pop("postprocess", None)
+    base["synthesizer"] = {"method": "aim", "rows": 32561}
+    base["privacy"]["epsilon"] = 0.3
+    plans = {}
+    for missing in ("keep", "drop"):
+        spec = dict(base, missing=missing)
+        path = tmp_path / f"{missing}.release.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        o = dpql.build_plan(path).synth.options
+        plans[missing] = {k: o[k] for k in ("tree_edges", "rounds", "per_round", "init_share")}
+    assert plans["keep"] == plans["drop"]

@@ -343,8 +343,13 @@ def plan(ctx: PlanContext, options: AimOptions | None = None) -> SynthPlan:
     if options.max_model_size is None:
         options = options.model_copy(update={"max_model_size": machine_model_cap()})
     dom = spec.domain
+    # the schedule prices a measurement by its value cells: a nullable column's null cell
+    # holds its missing share, which a complete column does not have and which the release
+    # clears where the noisy answers cannot tell it from zero (dpql.synth.nulls)
+    values = {c.name: c.card - int(c.nullable) for c in dom}
     s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
-                 options, [dom.card(c) for c in dom.names], dom.cells)  # fmt: skip
+                 options, [values[c] for c in dom.names],
+                 lambda cl: math.prod(values[c] for c in cl))  # fmt: skip
     # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
     # compilation of each round's new clique structure
     # the row balancer holds the workload marginals' counts and targets (float32) and the
