@@ -222,3 +222,26 @@ def test_balance_rows_budget_and_no_op_cases():
     ones = [(cl[:1], model_marginal(IndependentModel({"u": np.ones(5)}, 500), cl[:1]))
             for cl, _ in targets[:1]]  # fmt: skip
     assert balance_rows(data, ones, card, np.random.default_rng(0), sweeps=4) is data
+
+
+def test_greedy_order_is_mbis():
+    """The bit-mask elimination order is mbi's ``junction_tree.greedy_order`` on random
+    scopes, cardinalities and kept cliques (ties included)."""
+    import random
+
+    from mbi import Domain, junction_tree
+
+    from dpql.synth.aim.graphical import greedy_order
+
+    rng = random.Random(0)
+    for _ in range(200):
+        d = rng.randint(2, 12)
+        names = [f"c{i}" for i in range(d)]
+        cards = [rng.randint(2, 9) for _ in names]
+        scopes = [tuple(rng.sample(names, rng.randint(1, min(3, d))))
+                  for _ in range(rng.randint(1, 15))]  # fmt: skip
+        kept = tuple(rng.sample(names, rng.randint(1, min(3, d))))
+        elim = [a for a in names if a not in kept]
+        ours = greedy_order(dict(zip(names, cards, strict=True)), [*scopes, kept], elim)
+        theirs, _ = junction_tree.greedy_order(Domain(names, cards), [*scopes, kept], elim=elim)
+        assert ours == theirs
