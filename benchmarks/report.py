@@ -52,6 +52,14 @@ def _pm(xs: list[float], digits: int = 4) -> str:
     return f"{mean:.{digits}f}" + (f" ± {statistics.stdev(xs):.{digits}f}" if len(xs) > 1 else "")
 
 
+def _wall(s: dict[str, Any] | None) -> str:
+    """Mean wall seconds of a cell's runs, with the mean XLA compile seconds in brackets."""
+    if not s or not s["time"]:
+        return ""
+    xla = f" ({sum(s['xla']) / len(s['xla']):.1f})" if s.get("xla") else ""
+    return f"{sum(s['time']) / len(s['time']):.1f}{xla}"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [
         "| " + " | ".join(header) + " |",
@@ -90,7 +98,7 @@ def render_suite(results: dict[str, Any]) -> list[str]:
     epsilons = sorted({k[1] for k in summ}, key=float)
     methods = [m for m in suite.DISPLAY_ORDER if any(k[2] == m for k in summ)]
     methods += sorted({k[2] for k in summ} - set(methods))
-    tvd_rows, cpu_rows = [], []
+    tvd_rows, cpu_rows, wall_rows = [], [], []
     for t in tables:
         for e in epsilons:
             cells = [summ.get((t, e, m)) for m in methods]
@@ -99,6 +107,7 @@ def render_suite(results: dict[str, Any]) -> list[str]:
             tvd_rows.append([t, e] + [_pm(s["tvd"]) + f" ({s['runs']})" if s and s["runs"]
                                       else ("error" if s else "") for s in cells])  # fmt: skip
             cpu_rows.append([t, e] + [_pm(s["cpu"], 1) if s and s["cpu"] else "" for s in cells])
+            wall_rows.append([t, e] + [_wall(s) for s in cells])
     dates = sorted({d for s in summ.values() for d in s["finished"]})
     invocations = results.get("invocations", [])
     lines = [
@@ -113,6 +122,14 @@ def render_suite(results: dict[str, Any]) -> list[str]:
         "on a shared machine):",
         "",
         *_table(["table", "epsilon", *methods], cpu_rows),
+        "",
+        "Wall seconds per synthesis (the whole `dpql compile` for dpql's methods), and in "
+        "brackets the part spent compiling XLA programs (JAX's own compile-time monitoring; "
+        "0 when every program came from the persistent compilation cache); the rest is "
+        "imports, tracing and running. Each run is a fresh process under the load its record "
+        "gives:",
+        "",
+        *_table(["table", "epsilon", *methods], wall_rows),
         "",
         f"Runs finished on {', '.join(dates)}; every record carries its date and load.",
     ]

@@ -415,6 +415,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
             "process": [r["process_wall_s"] for r in ok],
             "rss": [r["peak_rss_mb"] for r in ok],
             "cpu": [r["process_cpu_s"] for r in ok if "process_cpu_s" in r],
+            "xla": [r["xla_compile_s"] for r in ok if "xla_compile_s" in r],
             "finished": sorted(r["finished"][:10] for r in ok if "finished" in r),
         }
     return out
