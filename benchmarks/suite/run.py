@@ -104,9 +104,11 @@ def write_spec(
     tag: str,
     options: dict[str, Any] | None = None,
     synth_method: str | None = None,
+    missing: str | None = None,
 ) -> Path:
     """The table's spec for one release: data at ``data_path``, (eps, 1/n^2), workload
-    ``marginals(3)`` only, no requirements or post-processing, outputs in ``out_dir``."""
+    ``marginals(3)`` only, no requirements or post-processing, outputs in ``out_dir``;
+    ``missing`` replaces the spec's empty-cell rule (``drop``: no column has a null cell)."""
     import yaml
 
     spec = yaml.safe_load(table.spec.read_text())
@@ -117,6 +119,8 @@ def write_spec(
     spec.pop("requirements", None)
     spec.pop("postprocess", None)
     spec["synthesizer"]["rows"] = table.rows
+    if missing:
+        spec["missing"] = missing
     if synth_method:
         spec["synthesizer"] = {"method": synth_method, "rows": table.rows}
     if options:
@@ -428,7 +432,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[
 def settings_of(a: argparse.Namespace) -> dict[str, Any]:
     keys = (
         "mst_iters", "aim_rounds_per_column", "aim_max_rounds", "aim_max_model_size",
-        "aim_iters", "aim_final_iters",
+        "aim_iters", "aim_final_iters", "missing",
     )  # fmt: skip
     return {k: getattr(a, k) for k in keys}
 
@@ -452,7 +456,7 @@ def run_one(
     out_dir = workdir / "runs" / table.name
     spec = write_spec(
         table, data_path, eps, out_dir, tag, options if method.startswith("dpql") else None,
-        synth_method=DPQL_SYNTH.get(method),
+        synth_method=DPQL_SYNTH.get(method), missing=settings.get("missing"),
     )
     job = {
         "method": method, "table": table.name, "epsilon": eps, "run": run, "rows": table.rows,
@@ -501,6 +505,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dpql-options", type=json.loads, default=None,
                    help="JSON merged into synthesizer.options (records are then named "
                    "dpql[...]: use another --results for tuning)")  # fmt: skip
+    p.add_argument("--missing", choices=("keep", "drop"), default=None,
+                   help="the specs' empty-cell rule for every method and the scorer (default: "
+                   "the spec's); drop gives complete tables a domain without null cells, the "
+                   "peers' own")
     p.add_argument("--mst-iters", type=int, default=5000)
     p.add_argument("--aim-rounds-per-column", type=int, default=4, help="AIM's T / d (ref. 16)")
     p.add_argument("--aim-max-rounds", type=int, default=16, help="0: no cap")
@@ -569,7 +577,8 @@ def main(argv: list[str] | None = None) -> None:
                     if key in done and not a.redo:
                         continue
                     if evaluator is None:
-                        spec0 = write_spec(table, data, 1.0, workdir / "runs" / name, "eval")
+                        spec0 = write_spec(table, data, 1.0, workdir / "runs" / name, "eval",
+                                           missing=a.missing)  # fmt: skip
                         evaluator = Evaluator(spec0, data)
                     log(f"== {name} eps={eps:g} {names[m]} run {run}")
                     rec = run_one(
