@@ -287,7 +287,7 @@ QUESTIONS: tuple[Question, ...] = (
         "columns, across tables and epsilons?",
         "suite/run.py", "suite/results.json",
         "python benchmarks/suite/run.py --tables adult compas fair randhie bn1k bn30k "
-        "--epsilons 0.3 1 3 --runs 3",
+        "--epsilons 0.3 1 3 --methods dpql-auto mst aim --runs 3 --missing drop",
         render_suite,
     ),
     Question(
