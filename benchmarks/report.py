@@ -279,18 +279,20 @@ def render_scale(results: dict[str, Any]) -> list[str]:
             "phases without the measurement inside them. *Measurement per 10M rows*: open + "
             "measure, scaled to 10M rows (it grows linearly with them); synthesis is not scaled "
             "(it depends on the rows only through what the smaller noise lets the selection "
-            "pick). Peak RSS of the process tree (DuckDB runs in process).",
+            "pick). Peak RSS of the process tree (DuckDB runs in process). *XLA cache*: cold, "
+            "JAX's persistent compilation cache empty at the start (a user's first compile); "
+            "the user's, whatever an earlier run left there.",
             "",
             *_table(
                 ["rows", "spec", "method", "total s", "open + encode s", "measure s",
                  "synthesis s", "post-process s", "write s", "measurement per 10M rows s",
-                 "peak RSS MiB", "load at start / end"],
+                 "peak RSS MiB", "XLA cache", "load at start / end"],
                 [[f"{r['rows']:,}", r.get("variant", "example"), str(r.get("method", "?")),
                   str(r["total_s"]), str(r.get("open_encode_s", "-")), str(r.get("measure_s", "-")),
                   str(r.get("synthesis_s", "-")), str(r.get("postprocess_s", "-")),
                   str(r.get("write_s", "-")),
                   _per_10m(r, r.get("open_encode_s", 0) + r.get("measure_s", 0)),
-                  str(r["peak_rss_mb"]),
+                  str(r["peak_rss_mb"]), r.get("jax_cache", "the user's"),
                   " / ".join("/".join(f"{x:.1f}" for x in r[k])
                              for k in ("load_avg_start", "load_avg_end") if k in r)]
                  for r in compiles],

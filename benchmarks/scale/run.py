@@ -24,7 +24,8 @@
    DuckDB for the 10M-row file), in a fresh child. Per phase: plan, opening and encoding the
    data, measurement (the exact answers computed in the engine, wherever they are asked for),
    synthesis and post-processing (each without the measurement inside it), writing; the peak
-   RSS of the process tree and the load average at the child's start and end.
+   RSS of the process tree and the load average at the child's start and end. JAX's persistent
+   compilation cache starts empty in each child (a user's first compile).
 5. With ``--dpsgd STEPS``: the GAN backend's DP-SGD (Adult options, STEPS steps per phase) fed
    by ``dpql.data.rows.open_private_rows`` with ``--dpsgd-engine`` (DuckDB: the rows streamed
    into the out-of-core row store, each step's Poisson sample fetched by row number).
@@ -277,6 +278,7 @@ def compile_child(spec: Path) -> dict[str, object]:
         "events": len(events),
         "epsilon": round(result.record["privacy"]["spent"]["epsilon"], 4),
         "peak_rss_mb": round(tree_peak_rss_mib()),
+        "jax_cache": "cold" if os.environ.get("DPQL_JAX_CACHE_DIR") else "the user's",
         "load_avg_start": load_start,
         "load_avg_end": [round(x, 1) for x in os.getloadavg()],
     }
@@ -327,11 +329,13 @@ def dpsgd_child(path: Path, steps: int, engine: str) -> dict[str, object]:
     }
 
 
-def run_child(args: list[str]) -> dict[str, object] | None:
-    """Run this script with ``args`` in a fresh process; its last stdout line as JSON."""
+def run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, object] | None:
+    """Run this script with ``args`` in a fresh process (``env`` added to its environment);
+    its last stdout line as JSON."""
     out = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
-    )
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
     if out.returncode != 0:
         print(f"# {' '.join(args[:3])} failed:\n{out.stderr[-3000:]}", flush=True)
         return None
@@ -426,7 +430,9 @@ def main() -> None:
                 print(json.dumps(result), f"load {os.getloadavg()[0]:.1f}", flush=True)
         for variant in [] if args.compile is None else args.compile or sorted(VARIANTS):
             spec = compile_spec(path, rows, variant)
-            result = run_child(["--compile-child", str(spec)])
+            with tempfile.TemporaryDirectory(prefix="dpql-scale-jax-") as cache:
+                # a user's first compile: JAX's persistent compilation cache starts empty
+                result = run_child(["--compile-child", str(spec)], {"DPQL_JAX_CACHE_DIR": cache})
             if result is not None:
                 compiles.append({"rows": rows, "variant": variant, **result})
                 keep("compile", compiles[-1], ("rows", "variant"))
