@@ -304,6 +304,8 @@ def render_scale(results: dict[str, Any]) -> list[str]:
         lines.append(f"* dpsgd: `{json.dumps(shown)}`")
     entries = [r for p in ("measure", "compile", "dpsgd") for r in results.get(p, [])]
     missing = [p for p in ("compile", "dpsgd") if not results.get(p)]
+    missing += [f"compile of the {v} spec" for v in ("example", "marginals")
+                if compiles and not any(r.get("variant") == v for r in compiles)]  # fmt: skip
     if not any(r["rows"] >= 10_000_000 for r in entries):
         missing.insert(0, "10M rows")
     if missing:
