@@ -1,7 +1,8 @@
 """Scale benchmark of the measurement engines: all 3-way marginals of an upsampled Adult table.
 
     python benchmarks/scale/run.py --rows 1000000 10000000 --engines memory duckdb spark
-    python benchmarks/scale/run.py --rows 10000000 --engines --compile --dpsgd 500
+    python benchmarks/scale/run.py --rows 10000000 --engines --compile example marginals
+    python benchmarks/scale/run.py --rows 10000000 --engines --dpsgd 500
 
 1. Upsamples ``adult_train.csv`` to each row count with perturbation (rows drawn with
    replacement; numeric values jittered by up to 5% (and +-1 for integer columns), clipped to
@@ -14,11 +15,17 @@
    child starts first (reported apart); its peak memory is the sum of the peak RSS of the child,
    the JVM and Spark's Python workers (each process's ``VmHWM``, read before the session stops).
 3. Checks that every engine returned identical counts (sha256 of the concatenated cells).
-4. With ``--compile``: the whole ``dpql compile`` (RAP, the default method) of the example spec
-   ``examples/adult/adult.release.yaml`` pointed at each upsampled file (``data.rows`` set to its
-   row count; ``engine: auto``: DuckDB for the 10M-row file, in memory for the 1M-row one), in a
-   fresh child: the compile's own phase timings, the time spent computing exact answers in the
-   engine (inside the synthesize and post-process phases) and the child's peak RSS.
+4. With ``--compile [VARIANT ...]``: a whole ``dpql compile`` (``synthesizer.method: auto``,
+   the default method) per row count and variant (:data:`VARIANTS`: ``example``, the example
+   spec ``examples/adult/adult.release.yaml`` with ranges, halfspaces, requirements and
+   ``postprocess: iproj``, so auto picks RAP; ``marginals``, the suite's Adult spec with the
+   workload ``marginals(3)`` only, so auto picks AIM), pointed at the upsampled file
+   (``data.rows`` its row count, ``synthesizer.rows`` the release size 32,561; ``engine: auto``:
+   DuckDB for the 10M-row file), in a fresh child. Per phase: plan, opening and encoding the
+   data, measurement (the exact answers computed in the engine, wherever they are asked for),
+   synthesis and post-processing (each without the measurement inside it), writing; the peak
+   RSS of the process tree and the load average at the child's start and end. JAX's persistent
+   compilation cache starts empty in each child (a user's first compile).
 5. With ``--dpsgd STEPS``: the GAN backend's DP-SGD (Adult options, STEPS steps per phase) fed
    by ``dpql.data.rows.open_private_rows`` with ``--dpsgd-engine`` (DuckDB: the rows streamed
    into the out-of-core row store, each step's Poisson sample fetched by row number).
@@ -180,47 +187,111 @@ def child(
     }
 
 
-def compile_spec(data: Path, rows: int) -> Path:
-    """The example spec pointed at ``data`` with ``rows`` public rows, written beside it."""
-    text = SPEC.read_text()
-    text = text.replace("path: adult_train.csv.gz", f"path: {data.name}")
-    text = text.replace("rows: 32561", f"rows: {rows}", 1)  # data.rows; synthesizer.rows stays
-    assert f"rows: {rows}" in text and data.name in text
-    text = text.replace(": out/", f": out-{rows}/")
-    spec = data.with_name(f"adult_{rows}.release.yaml")
+#: the whole-compile variants (``--compile``): name -> (template spec, what it is)
+VARIANTS: dict[str, tuple[Path, str]] = {
+    "example": (
+        SPEC,
+        "the example spec with `synthesizer.method: auto` (ranges and halfspaces: rap), "
+        "requirements and `postprocess: iproj`",
+    ),
+    "marginals": (
+        ROOT / "benchmarks" / "suite" / "specs" / "adult.release.yaml",
+        "workload `marginals(3)` only, `synthesizer.method: auto` (aim), no requirements",
+    ),
+}
+
+
+def compile_spec(data: Path, rows: int, variant: str) -> Path:
+    """The ``variant``'s template spec pointed at ``data`` with ``rows`` public rows and
+    ``synthesizer.method: auto`` (the default method), written beside the data. The synthetic
+    table keeps the release size (32,561 rows); outputs go beside the spec."""
+    text = VARIANTS[variant][0].read_text()
+    lines = text.splitlines()
+    section, out = "", []
+    for line in lines:
+        if line and not line[0].isspace() and line.rstrip().endswith(":"):
+            section = line.rstrip()[:-1]
+        stripped = line.strip()
+        if section == "data" and stripped.startswith("path:"):
+            line = f"  path: {data.name}"
+        elif section == "data" and stripped.startswith("rows:"):
+            line = f"  rows: {rows}"
+        elif section == "synthesizer" and stripped.startswith("method:"):
+            line = "  method: auto"
+        elif section == "privacy" and stripped.startswith("delta:") and variant == "marginals":
+            line = "  delta: 1e-9"
+        elif section == "output" and stripped.split(":")[0] in ("path", "provenance"):
+            key = stripped.split(":")[0]
+            name = Path(stripped.split(":", 1)[1].split("#")[0].strip()).name
+            line = f"  {key}: out-{variant}-{rows}/{name}"
+        out.append(line)
+    text = "\n".join(out) + "\n"
+    assert f"path: {data.name}" in text and f"rows: {rows}" in text and "method: auto" in text
+    assert "rows: 32561" in text  # the synthetic table's size
+    spec = data.with_name(f"adult_{variant}_{rows}.release.yaml")
     spec.write_text(text)
     return spec
 
 
 def compile_child(spec: Path) -> dict[str, object]:
-    """``dpql compile SPEC --seed 0`` in this process: its phase timings and peak RSS."""
+    """``dpql compile SPEC --seed 0`` in this process: the compile's own phase timings, the
+    time spent computing exact answers in the engine per phase (the measurement; what is left
+    of each phase is synthesis or post-processing proper) and the peak RSS of the process
+    tree (DuckDB runs in this process)."""
     from dpql.data.measure import PrivateMeasurer
     from dpql.pipeline import compile_release
 
-    exact = [0.0]  # time in the engine's exact answers (the measurement phase after opening)
-    answers = PrivateMeasurer._answers
+    exact: dict[str, float] = {}  # phase label -> seconds in the engine's exact sums
+    grid_sums = PrivateMeasurer._grid_sums
 
     def timed(self, queries):  # type: ignore[no-untyped-def]
+        phase = "postprocess" if _in_postprocess() else "synthesize"
         t = time.perf_counter()
         try:
-            return answers(self, queries)
+            return grid_sums(self, queries)
         finally:
-            exact[0] += time.perf_counter() - t
+            exact[phase] = exact.get(phase, 0.0) + time.perf_counter() - t
 
-    PrivateMeasurer._answers = timed  # type: ignore[method-assign]
+    PrivateMeasurer._grid_sums = timed  # type: ignore[method-assign]
+    load_start = [round(x, 1) for x in os.getloadavg()]
     t = time.perf_counter()
-    result = compile_release(spec, seed=0)
+    result = compile_release(spec, seed=0, force=True)
     total = time.perf_counter() - t
     events = result.record["privacy"]["events"]
+    timings = result.timings
+    ms, mp = exact.get("synthesize", 0.0), exact.get("postprocess", 0.0)
+    phases = {
+        "plan_s": timings.get("plan", 0.0),
+        "open_encode_s": timings.get("load", 0.0),
+        "measure_s": ms + mp,
+        "synthesis_s": timings.get("synthesize", 0.0) - ms,
+        "postprocess_s": timings.get("postprocess", 0.0) - mp,
+        "write_s": timings.get("write", 0.0),
+    }
     return {
         "spec": spec.name,
+        "method": result.record.get("synthesizer", {}).get("chosen")
+        or result.plan.synth.options.get("chosen"),
         "total_s": round(total, 1),
-        **{f"{k}_s": round(v, 1) for k, v in result.timings.items()},
-        "exact_answers_s": round(exact[0], 1),
+        **{k: round(v, 1) for k, v in phases.items()},
+        "measure_in_postprocess_s": round(mp, 1),
         "events": len(events),
         "epsilon": round(result.record["privacy"]["spent"]["epsilon"], 4),
         "peak_rss_mb": round(tree_peak_rss_mib()),
+        "jax_cache": "cold" if os.environ.get("DPQL_JAX_CACHE_DIR") else "the user's",
+        "load_avg_start": load_start,
+        "load_avg_end": [round(x, 1) for x in os.getloadavg()],
     }
+
+
+def _in_postprocess() -> bool:
+    """Whether the caller's stack is inside post-processing (``dpql.postprocess``)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if "/dpql/postprocess/" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def dpsgd_child(path: Path, steps: int, engine: str) -> dict[str, object]:
@@ -258,11 +329,13 @@ def dpsgd_child(path: Path, steps: int, engine: str) -> dict[str, object]:
     }
 
 
-def run_child(args: list[str]) -> dict[str, object] | None:
-    """Run this script with ``args`` in a fresh process; its last stdout line as JSON."""
+def run_child(args: list[str], env: dict[str, str] | None = None) -> dict[str, object] | None:
+    """Run this script with ``args`` in a fresh process (``env`` added to its environment);
+    its last stdout line as JSON."""
     out = subprocess.run(
-        [sys.executable, __file__, *args], capture_output=True, text=True, check=False
-    )
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=False,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
     if out.returncode != 0:
         print(f"# {' '.join(args[:3])} failed:\n{out.stderr[-3000:]}", flush=True)
         return None
@@ -273,7 +346,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--engines", nargs="*", default=["memory", "duckdb", "spark"])
-    ap.add_argument("--compile", action="store_true", help="also time dpql compile per size")
+    ap.add_argument(
+        "--compile", nargs="*", choices=sorted(VARIANTS), metavar="VARIANT",
+        help=f"also time a whole dpql compile per size of each VARIANT (default: all; "
+        f"{'; '.join(f'{k}: {v[1]}' for k, v in VARIANTS.items())})",
+    )
     ap.add_argument("--dpsgd", type=int, metavar="STEPS", help="also time STEPS DP-SGD steps")
     ap.add_argument("--dpsgd-engine", default="duckdb", help="engine that feeds DP-SGD")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "dpql-scale")
@@ -282,6 +359,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--child", nargs=2, metavar=("ENGINE", "PATH"), help=argparse.SUPPRESS)
     ap.add_argument("--compile-child", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--profile", type=Path, help="with --compile-child: cProfile stats here")
     ap.add_argument("--dpsgd-child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -290,7 +368,15 @@ def main() -> None:
         print(json.dumps(result))
         return
     if args.compile_child:
-        print(json.dumps(compile_child(args.compile_child)))
+        if args.profile is None:
+            print(json.dumps(compile_child(args.compile_child)))
+            return
+        import cProfile
+
+        with cProfile.Profile() as prof:
+            result = compile_child(args.compile_child)
+        prof.dump_stats(args.profile)
+        print(json.dumps(result))
         return
     if args.dpsgd_child:
         print(json.dumps(dpsgd_child(args.dpsgd_child, args.dpsgd, args.dpsgd_engine)))
@@ -342,11 +428,14 @@ def main() -> None:
                 trainings.append(result)
                 keep("dpsgd", {"rows": rows, **result}, ("rows", "engine"))
                 print(json.dumps(result), f"load {os.getloadavg()[0]:.1f}", flush=True)
-        if args.compile:
-            result = run_child(["--compile-child", str(compile_spec(path, rows))])
+        for variant in [] if args.compile is None else args.compile or sorted(VARIANTS):
+            spec = compile_spec(path, rows, variant)
+            with tempfile.TemporaryDirectory(prefix="dpql-scale-jax-") as cache:
+                # a user's first compile: JAX's persistent compilation cache starts empty
+                result = run_child(["--compile-child", str(spec)], {"DPQL_JAX_CACHE_DIR": cache})
             if result is not None:
-                compiles.append({"rows": rows, **result})
-                keep("compile", compiles[-1], ("rows",))
+                compiles.append({"rows": rows, "variant": variant, **result})
+                keep("compile", compiles[-1], ("rows", "variant"))
                 print(json.dumps(compiles[-1]), f"load {os.getloadavg()[0]:.1f}", flush=True)
     if results:
         print(

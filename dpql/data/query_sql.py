@@ -6,10 +6,17 @@ Pure string building, shared by DuckDB and Spark. Every statement returns exact 
 query's public grid (:func:`dpql.ir.queries.query_grid`): counts for integer-valued queries,
 ``SUM(FLOOR(v * 2^k + 1/2))`` for real-valued ones, the per-record rounding of
 :func:`dpql.ir.exact.to_grid`, so every engine gives the numpy evaluator's sums.
+
+Several aggregates batched into one statement read ``enc`` through its distinct tuples of the
+columns they use, with their multiplicities ``w`` (:func:`query_sql`): each aggregate is then
+evaluated once per distinct tuple instead of once per row (a halfspace reads four numeric
+columns and a label, which take far fewer distinct values than there are rows), and a record's
+contribution times ``w`` is the same whole number of grid steps summed ``w`` times.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +45,8 @@ from dpql.ir.queries import (
 )
 
 AGGREGATES_PER_SELECT = 200  # keeps statements short; one scan of ``enc`` each
-
+# the per-record weight of a batched aggregate: 1 over ``enc``, ``w`` over its distinct tuples
+WEIGHT = "{weight}"
 
 
 def _true_sql(p: TruePred, domain: Domain) -> str:
@@ -140,7 +148,7 @@ class BatchedSum:
 
 
 def _count_sum(cond: str) -> str:
-    return f"SUM(CASE WHEN {cond} THEN 1 ELSE 0 END)"
+    return f"SUM(CASE WHEN {cond} THEN {WEIGHT} ELSE 0 END)"
 
 
 def _prefix_sql(index: int, q: Prefix, domain: Domain) -> BatchedSum:
@@ -183,11 +191,12 @@ def _model_sql(index: int, q: ModelAccuracy, domain: Domain) -> AggregateSQL:
     return AggregateSQL((index,), None, model_accuracy_sql(q, domain))
 
 
-def _grid_sum(value: str) -> str:
-    """``SUM(round(v / 2^-k))`` of a real per-record value on the public grid of
+def _grid_sum(value: str, weight: str = WEIGHT) -> str:
+    """``SUM(round(v / 2^-k) * weight)`` of a real per-record value on the public grid of
     :data:`dpql.ir.queries.REAL_GRID`, rounded half up per record like
-    :func:`dpql.ir.exact.to_grid` (the scaling by a power of two is exact)."""
-    return f"SUM(FLOOR(({value}) * {double(1.0 / REAL_GRID)} + {double(0.5)}))"
+    :func:`dpql.ir.exact.to_grid` (the scaling by a power of two is exact; so are the products
+    by a whole-number weight and their sums, whole numbers far below 2^53)."""
+    return f"SUM(FLOOR(({value}) * {double(1.0 / REAL_GRID)} + {double(0.5)}) * {weight})"
 
 
 def _linear_score(
@@ -227,7 +236,7 @@ def model_accuracy_sql(q: ModelAccuracy, domain: Domain) -> str:
     if q.model == "linear":
         clip = f"LEAST(GREATEST({scores[0]}, {double(0.0)}), {double(1.0)})"
         errors = f"(SELECT u{y} - {clip} AS e FROM {enc}) AS err"
-        return f"SELECT COALESCE({_grid_sum('e * e')}, 0) FROM {errors}"
+        return f"SELECT COALESCE({_grid_sum('e * e', '1')}, 0) FROM {errors}"
     items = ", ".join(f"{s} AS s{c}" for c, s in enumerate(scores))
     if len(scores) == 1:
         best = "0"
@@ -255,10 +264,35 @@ QUERY_SQL: dict[type, Callable[[int, Any, Domain], MarginalSQL | AggregateSQL | 
 of its own or a :class:`BatchedSum` that :func:`query_sql` batches with others."""
 
 
+_ENC_COLUMN = re.compile(r"\b[cu][0-9]+\b")
+
+
+def _batched(sums: Sequence[str], by: str | None) -> str:
+    """One SELECT of the aggregates ``sums`` (split by the ``enc`` column ``by`` when set).
+    A single aggregate scans ``enc``; several scan its distinct tuples of the columns they
+    read (``c{i}``/``u{i}``, the only identifiers this module writes besides SQL keywords and
+    quoted literals), each aggregate weighted by the tuple's multiplicity ``w``."""
+    key = [by] if by else []
+    if len(sums) == 1:
+        source, weight = "enc", "1"
+    else:
+        used = sorted(set(_ENC_COLUMN.findall(" ".join(sums))) | set(key))
+        group = ", ".join(used)
+        source = (
+            f"(SELECT {group}, COUNT(*) AS w FROM enc GROUP BY {group}) AS weighted"
+            if used
+            else "(SELECT COUNT(*) AS w FROM enc) AS weighted"
+        )
+        weight = "w"
+    select = ", ".join([*key, *(e.replace(WEIGHT, weight) for e in sums)])
+    return f"SELECT {select} FROM {source}" + (f" GROUP BY {by}" if by else "")
+
+
 def query_sql(queries: Sequence[Query], domain: Domain) -> list[MarginalSQL | AggregateSQL]:
     """Statements answering ``queries`` (exact sums): one GROUP BY per marginal and one statement
     per model score, the others batched per ``by`` column, at most
-    :data:`AGGREGATES_PER_SELECT` sums per statement."""
+    :data:`AGGREGATES_PER_SELECT` sums per statement (over ``enc``'s distinct tuples of the
+    columns they read when there are several: :func:`_batched`)."""
     out: list[MarginalSQL | AggregateSQL] = []
     groups: dict[str | None, list[tuple[int, str]]] = {}
     for i, q in enumerate(queries):
@@ -268,14 +302,10 @@ def query_sql(queries: Sequence[Query], domain: Domain) -> list[MarginalSQL | Ag
         else:
             out.append(stmt)
     for by, items in groups.items():
+        c = None if by is None else f"c{domain.names.index(by)}"
         for s in range(0, len(items), AGGREGATES_PER_SELECT):
             part = items[s : s + AGGREGATES_PER_SELECT]
-            sums = ", ".join(e for _, e in part)
             indices = tuple(i for i, _ in part)
-            if by is None:
-                out.append(AggregateSQL(indices, None, f"SELECT {sums} FROM enc"))
-            else:
-                c = f"c{domain.names.index(by)}"
-                sql = f"SELECT {c}, {sums} FROM enc GROUP BY {c}"
-                out.append(AggregateSQL(indices, domain.card(by), sql))
+            sql = _batched([e for _, e in part], c)
+            out.append(AggregateSQL(indices, None if by is None else domain.card(by), sql))
     return out

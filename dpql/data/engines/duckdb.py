@@ -69,6 +69,8 @@ class DuckDBEngine(SQLEngine):
             self._con.execute(f"SET memory_limit = '{memory_limit}'")
             self._con.execute(f"SET threads = {int(self._threads)}")
             self._con.execute(f"SET temp_directory = '{os.path.join(self._dir, 'spill')}'")
+            # dpql reports its own progress; DuckDB's bar would write over it on stderr
+            self._con.execute("SET enable_progress_bar = false")
             if fmt == "parquet":
                 scan = f"read_parquet({sql.DUCKDB.string(str(path))})"
             else:  # the header is read here: DuckDB's sniffer may skip leading rows silently
