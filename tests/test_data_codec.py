@@ -201,3 +201,15 @@ def test_unusable_storage_types_and_stored_infinities() -> None:
     df["gain"] = [0.0, np.inf, 1.0, 2.0]
     r = encode(df.astype({"gain": float}), missing={"gain": "drop"})
     assert r.table.n == 3 and r.curator_log.undeclared == {"gain": 1}
+
+
+def test_decimal_cells_are_parsed_correctly_rounded():
+    """Every engine parses decimal text to the nearest double (as Python's float does), so the
+    in-memory and DuckDB engines agree bit for bit whatever pandas is installed."""
+    from dpql.data.codec import _decimals
+
+    rng = np.random.default_rng(0)
+    texts = [repr(float(x)) for x in rng.random(5_000) * 10.0 ** rng.integers(-8, 9, 5_000)]
+    texts += ["0.40363318573081286", "+1.5", "-.5", "5.", "1E3", "1e400", "-0", "1" * 4300]
+    got = _decimals(pd.Series([*texts, None], dtype="string"))
+    assert [float(t) for t in texts] == got[:-1].tolist() and np.isnan(got[-1])

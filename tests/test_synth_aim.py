@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -111,6 +112,9 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     forest = synthesizer["spanning_forest"]
     assert forest == synthesizer["selected"][:3] and synthesizer["picks_per_round"] == [3, 2, 2]
     assert {c for pair in forest for c in pair} == {"a", "b", "c", "age"}  # a tree: all covered
+    # the table is complete: the noise shows no column's null share, so none is fitted
+    assert synthesizer["fitted_without_null_cell"] == ["a", "age", "b", "c"]
+    assert not synth.isna().any().any()
     from dpql.cli import main
 
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
@@ -305,7 +309,7 @@ def _plan(columns, queries, rho, n, cards, **options):
 def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
     from dpql.ir.queries import Marginal
     from dpql.synth.aim.graphical import IndependentModel
-    from dpql.synth.aim.program import _pick_forest
+    from dpql.synth.aim.program import FitDomain, _pick_forest
 
     cols = tuple("abcdefghij")
     cards = [3, 4, 2, 5, 3, 6, 2, 4, 3, 2]
@@ -315,7 +319,8 @@ def test_every_column_is_in_a_measured_pair_when_the_budget_allows(seed):
     model = IndependentModel({c: rng.random(k) + 0.1 for c, k in zip(cols, cards, strict=True)},
                              50_000)  # fmt: skip
     oracle = _FirstOrRandomOracle(seed)
-    forest = _pick_forest(oracle, s, model, s.rounds[0][0], s.round_sigma(0), lambda cl: 9)
+    fit = FitDomain(SimpleNamespace(card=dict(zip(cols, cards, strict=True)).get), cols, ())
+    forest = _pick_forest(oracle, s, model, s.rounds[0][0], s.round_sigma(0), fit)
     assert len(forest) == len(set(forest)) == len(cols) - 1
     assert {c for pair in forest for c in pair} == set(cols)  # every column measured in a pair
     # a spanning tree: every pick joined two components (no cycle), so it is connected
@@ -407,3 +412,22 @@ def test_the_schedule_prices_measurements_by_value_cells(tmp_path):
         o = dpql.build_plan(path).synth.options
         plans[missing] = {k: o[k] for k in ("tree_edges", "rounds", "per_round", "init_share")}
     assert plans["keep"] == plans["drop"]
+
+
+def test_the_fit_domain_drops_the_null_cells_of_columns_shown_complete():
+    """A ``keep`` column whose noisy null share is indistinguishable from zero is fitted without
+    its null cell (the last code): answers are restricted to the value cells and model
+    marginals are expanded back with zero null cells."""
+    from dpql.synth.aim.program import FitDomain
+
+    cards = {"a": 3, "b": 4, "c": 2}  # each with its null cell (the last code)
+    fit = FitDomain(SimpleNamespace(card=cards.get), ("a", "b", "c"), ("a", "c"))
+    assert fit.card == {"a": 2, "b": 4, "c": 1}
+    assert fit.cells(("a", "b")) == 8 and fit.cells(("b",)) == 4
+    y = np.arange(12.0)
+    assert np.array_equal(fit.restrict(("a", "b"), y), np.arange(8.0))  # a's null row dropped
+    assert np.array_equal(fit.restrict(("b", "a"), y), y.reshape(4, 3)[:, :2].ravel())
+    b = y[:4]  # a column not shown complete keeps its cells
+    assert np.array_equal(fit.restrict(("b",), b), b) and fit.expand(("b",), b) is b
+    back = fit.expand(("b", "a"), fit.restrict(("b", "a"), y)).reshape(4, 3)
+    assert np.array_equal(back[:, :2], y.reshape(4, 3)[:, :2]) and not back[:, 2].any()

@@ -267,13 +267,27 @@ def _blank(text: pd.Series) -> np.ndarray:
     return (text.isna() | (text == "")).to_numpy(dtype=bool)
 
 
+def _decimals(text: pd.Series) -> np.ndarray:
+    """Decimal text as doubles, each correctly rounded (Arrow's cast; NaN for a missing cell).
+    pandas' own parser rounds some 17-digit decimals one unit in the last place differently
+    from version to version; DuckDB's reader rounds correctly, so the engines agree bit for
+    bit whatever pandas is installed."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cells = pa.array(text.to_numpy(dtype=object, na_value=None), type=pa.string())
+    try:
+        return pc.cast(cells, pa.float64()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:  # text NUMBER_PATTERN admits but Arrow does not: pandas' reading
+        return pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
 def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
     if _storage(s) == "text":
         text = s.astype("string").str.strip(WHITESPACE)
         empty = _blank(text)
         ok = text.str.fullmatch(NUMBER_PATTERN).fillna(False).to_numpy(dtype=bool)
-        numbers = pd.to_numeric(text.where(ok), errors="coerce")
-        values = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+        values = _decimals(text.where(ok))
     else:
         text = s
         values = s.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)

@@ -5,8 +5,6 @@ are imported when the run starts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from dpql.answers import NoisyAnswer
@@ -19,6 +17,7 @@ from dpql.synth.aim.plan import (
     select_parts,
 )
 from dpql.synth.base import RunContext, SynthPlan, SynthResult
+from dpql.synth.nulls import complete_columns
 
 #: a cell of a noisy 1-way marginal below this many sigmas is "rare" (MST's domain compression)
 RARE_SIGMAS = 3.0
@@ -43,8 +42,44 @@ def pool_rare(y: np.ndarray, sigma: float) -> np.ndarray:
     return out
 
 
+class FitDomain:
+    """The domain mbi fits: the release's, less the null cell of every ``missing: keep`` column
+    whose noisy 1-way null share the noise cannot tell from zero
+    (:func:`dpql.synth.nulls.complete_columns`). Such a column gets no empty cell in the
+    table anyway (``dpql.population``); fitting its null cell would only spend model size,
+    selection penalty and mirror-descent steps on a structural zero. The null code is a
+    column's last (``dpql.domain``), so the fit's codes are the release's codes.
+
+    Post-processing of the 1-way release. Every marginal is still measured over the
+    release's full domain (the noise per cell does not depend on the cells measured), and
+    :meth:`restrict` drops the null cells from the answers before mbi sees them."""
+
+    def __init__(self, dom, columns: tuple[str, ...], closed: tuple[str, ...]):
+        self.closed = frozenset(closed)
+        self.full = {c: dom.card(c) for c in columns}
+        self.card = {c: k - 1 if c in self.closed else k for c, k in self.full.items()}
+
+    def cells(self, cl: tuple[str, ...]) -> int:
+        return int(np.prod([self.card[c] for c in cl]))
+
+    def restrict(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
+        """A marginal over ``cl`` in the release's domain (row-major), in the fit's."""
+        if not self.closed.intersection(cl):
+            return np.asarray(y, dtype=np.float64)
+        cube = np.asarray(y, dtype=np.float64).reshape([self.full[c] for c in cl])
+        return cube[tuple(slice(0, self.card[c]) for c in cl)].ravel()
+
+    def expand(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
+        """A marginal over ``cl`` in the fit's domain, in the release's (zero null cells)."""
+        if not self.closed.intersection(cl):
+            return y
+        cube = np.zeros([self.full[c] for c in cl])
+        cube[tuple(slice(0, self.card[c]) for c in cl)] = np.reshape(y, [self.card[c] for c in cl])
+        return cube.ravel()
+
+
 def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
-                 cells: Callable[[tuple[str, ...]], int]) -> list[tuple[str, ...]]:  # fmt: skip
+                 fit: FitDomain) -> list[tuple[str, ...]]:  # fmt: skip
     """The spanning-forest round's ``s.tree`` picks (MST's tree selection, McKenna et al. 2021
     sec. 4, as Kruskal's algorithm with an exponential mechanism per edge): each among the
     planned pairs that join two components of the forest so far, scored by their L1 error
@@ -53,8 +88,8 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
     from dpql.synth.aim.graphical import model_marginals
 
     n = s.n
-    synth = {cl: m / n for cl, m in zip(s.tree_pairs, model_marginals(model, s.tree_pairs),
-                                        strict=True)}  # fmt: skip
+    synth = {cl: fit.expand(cl, m) / n
+             for cl, m in zip(s.tree_pairs, model_marginals(model, s.tree_pairs), strict=True)}
     where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
     cls: list[tuple[str, ...]] = []
     for j, r in enumerate(select_parts(rs, s.tree)):
@@ -62,7 +97,7 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
         chosen = oracle.select(
             [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r, phase=s.phase(0),
             label=f"spanning forest, edge {j + 1}/{s.tree}",
-            penalty=[SQRT_2_OVER_PI * sigma * cells(cl) for cl in pool],
+            penalty=[SQRT_2_OVER_PI * sigma * fit.cells(cl) for cl in pool],
         )  # fmt: skip
         a, b = pool[chosen[0]]
         old, new = where[a], where[b]
@@ -72,7 +107,7 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
 
 
 def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, limit: float,
-                mdom, cells: Callable[[tuple[str, ...]], int]) -> list[tuple[str, ...]]:
+                mdom, fit: FitDomain) -> list[tuple[str, ...]]:
     """An adaptive round's ``s.k()`` picks, one at a time, among the candidates that the
     round's noise would not swamp and that keep the model within ``limit`` MB."""
     from mbi import junction_tree
@@ -80,6 +115,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     from dpql.synth.aim.graphical import IndependentModel, model_marginals
 
     n = s.n
+    cells = fit.cells
     if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
         card = dict(zip(mdom.attributes, mdom.shape, strict=True))
 
@@ -105,7 +141,8 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
         live += [c for c in sorted(s.candidates, key=cells) if c not in live]
         live = live[: max(s.k(), len(live))]
-    synth = {cl: m / n for cl, m in zip(live, model_marginals(model, live), strict=True)}
+    synth = {cl: fit.expand(cl, m) / n
+             for cl, m in zip(live, model_marginals(model, live), strict=True)}
     cls: list[tuple[str, ...]] = []
     # k selections one at a time, each among the candidates that share no column pair with
     # this round's earlier picks (all unpicked ones if none is left): one release per round
@@ -146,7 +183,6 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     oracle = ctx.private.oracle
     n = s.n
     dom = ctx.spec.domain
-    mdom = Domain(list(s.columns), [dom.card(c) for c in s.columns])
 
     def estimate(meas, iters, warm=None):
         return quick_start_mirror_descent().estimate(
@@ -157,15 +193,18 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     sigma0 = s.init_sigma()
     noisy = oracle.measure(ones, s.rho_init, phase="aim.init",
                            label=f"{len(ones)} one-way marginals")  # fmt: skip
+    measured = [NoisyAnswer(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
+    fit = FitDomain(dom, s.columns, complete_columns(dom, measured))
+    mdom = Domain(list(s.columns), [fit.card[c] for c in s.columns])
     # the model learns from the 1-way answers with rare cells pooled; post-processing gets
     # them as released (``measured``)
-    fitted = [pool_rare(np.asarray(y, dtype=np.float64), sigma0) if options.pool_rare
-              else np.asarray(y, dtype=np.float64) for y in noisy]  # fmt: skip
+    fitted = [fit.restrict((c,), y) for c, y in zip(s.columns, noisy, strict=True)]
+    if options.pool_rare:
+        fitted = [pool_rare(y, sigma0) for y in fitted]
     meas = [
         LinearMeasurement(y * n, (c,), stddev=sigma0 * n)
         for c, y in zip(s.columns, fitted, strict=True)
     ]
-    measured = [NoisyAnswer(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
     # the 1-way model is the product of the (clipped, normalised) noisy 1-way marginals:
     # no mirror descent (and no XLA compilation) for it
     model = IndependentModel(
@@ -180,15 +219,14 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         sigma = s.round_sigma(i)
         limit = options.max_model_size * spent / total
         if i == 0 and s.tree:
-            cls = _pick_forest(oracle, s, model, rs, sigma, dom.cells)
+            cls = _pick_forest(oracle, s, model, rs, sigma, fit)
             tree = list(cls)
         else:
-            cls = _pick_round(oracle, s, i, model, rs, sigma, limit, mdom, dom.cells)
+            cls = _pick_round(oracle, s, i, model, rs, sigma, limit, mdom, fit)
         ys = oracle.measure([Marginal(cl) for cl in cls], rm, phase=s.phase(i),
                             label=f"{s.phase(i)}: {cls}")  # fmt: skip
         for cl, y in zip(cls, ys, strict=True):
-            meas.append(LinearMeasurement(np.asarray(y, dtype=np.float64) * n, cl,
-                                          stddev=sigma * n))  # fmt: skip
+            meas.append(LinearMeasurement(fit.restrict(cl, y) * n, cl, stddev=sigma * n))
             measured.append(NoisyAnswer(Marginal(cl), y, sigma))
             picked.append(cl)
         last = i == len(s.rounds) - 1
@@ -196,7 +234,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         if i == 0 and s.tree and not last:
             # the forest's model in closed form (a Bayesian network over it): no mirror
             # descent and no compile for a structure the next round's fit replaces
-            pairs = {cl: np.asarray(y, dtype=np.float64) for cl, y in zip(cls, ys, strict=True)}
+            pairs = {cl: fit.restrict(cl, y) for cl, y in zip(cls, ys, strict=True)}
             model = tree_model(mdom, dict(zip(s.columns, fitted, strict=True)), pairs, n)
         else:
             model = estimate(meas, iters, model if i else None)
@@ -212,7 +250,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         scale = rows / float(n)
         margs = model_marginals(model, s.targets)
         targets = [(cl, m * scale) for cl, m in zip(s.targets, margs, strict=True)]
-        data = balance_rows(data, targets, {c: dom.card(c) for c in s.columns}, rng,
+        data = balance_rows(data, targets, fit.card, rng,
                             sweeps=options.balance_sweeps)  # fmt: skip
     order = rng.permutation(rows)
     codes, scaled = {}, {}
@@ -227,6 +265,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         "options": dict(plan.options),
         "selected": [list(c) for c in picked],
         "spanning_forest": [list(c) for c in tree],
+        "fitted_without_null_cell": sorted(fit.closed),
         "picks_per_round": [s.picks(i) for i in range(len(s.rounds))],
         "model_cliques": [list(c) for c in model.cliques],
     }
