@@ -158,6 +158,13 @@ def build_domain(spec: ReleaseSpec) -> Domain:
             columns.append(CategoricalColumn(name, groups, tuple(col.values or ()), parent))
         else:
             columns.append(CategoricalColumn(name, tuple(col.values or ())))
+    # the declared sentinels: cells the codec reads as missing, like empty ones
+    columns = [
+        dataclasses.replace(c, missing_values=tuple(spec.columns[c.name].missing_values))
+        if spec.columns[c.name].missing_values
+        else c
+        for c in columns
+    ]
     # missing: keep makes a column nullable: its null state is public, whatever the data holds
     columns = [
         dataclasses.replace(c, nullable=True)
@@ -520,6 +527,11 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         hint = "remove the quotes: a quoted value is text"
     elif kind == "bool_type":
         hint = "use true or false"
+    elif kind == "float_type" and "missing_values" in loc and isinstance(got, str):
+        hint = (
+            "a numeric column's missing values are numbers (0, -9, 99); a cell that is not a "
+            "number (NA, .) is missing already"
+        )
     elif kind == "int_type" and isinstance(got, float) and got.is_integer() and abs(got) < 1e18:
         hint = f"write a whole number without a point or exponent: {int(got)}"
     return Diagnostic("E012", f"'{name}' {should}{_got(got)}", pos, hint)
