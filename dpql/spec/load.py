@@ -122,15 +122,24 @@ class LoadedPolicy:
             return Path(os.path.normpath(path))
 
 
+#: column fields added after the normalised form was fixed: left out while unset, so a spec
+#: that does not use them keeps its hash (and its public seed, ``dpql.plan.planner``)
+_LATER = frozenset({"missing_values"})
+
+
 def normalised_spec_json(spec: ReleaseSpec) -> str:
     """The spec as canonical JSON: defaults filled in, keys sorted, compact, columns as an
     ordered list (column order is meaningful: it is the domain's order). Paths stay as written,
     so the hash does not depend on where the repository is checked out. ``output.curator`` (where
     the curator keeps its own file) is left out: it is not part of what is released, and the
-    normalised spec is published in the provenance record."""
+    normalised spec is published in the provenance record. An unset column field of
+    ``_LATER`` is left out too."""
     data = spec.model_dump(mode="json", by_alias=True)
     data["output"].pop("curator", None)
-    data["schema"] = [{"name": name, **col} for name, col in data["schema"].items()]
+    data["schema"] = [
+        {"name": name, **{k: v for k, v in col.items() if v is not None or k not in _LATER}}
+        for name, col in data["schema"].items()
+    ]
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
