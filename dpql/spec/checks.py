@@ -313,7 +313,10 @@ def _missing_values_checks(
     with surrounding whitespace never matches a (stripped) cell."""
     out: list[Diagnostic] = []
     seen: set[str | float] = set()
-    for i, value in enumerate(col.missing_values or ()):
+    if not col.missing_values:
+        return out
+    values = set(col.values or ()) if isinstance(col, CategoricalSpec) else set()
+    for i, value in enumerate(col.missing_values):
         pos = doc.value_pos((*here, "missing_values", i))
         shown = f"'{value}'" if isinstance(value, str) else f"{value:g}"
         if value in seen:
@@ -327,7 +330,7 @@ def _missing_values_checks(
             )
         seen.add(value)
         if isinstance(col, CategoricalSpec):
-            if value in (col.values or ()):
+            if value in values:
                 out.append(
                     Diagnostic(
                         "E113",
