@@ -285,3 +285,22 @@ def test_inspect_counts_declared_missing_cells_apart_from_empty_ones() -> None:
     assert (race.empty, race.declared, race.unreadable) == (1, 4, 2)
     assert race.rows["declared"] == (2, 3, 7, 9)
     assert {v for v, _, _ in race.examples} == {"na", "zzz"}  # never the declared values
+
+
+def test_a_declared_missing_value_encodes_exactly_as_an_empty_cell() -> None:
+    """Everything after the codec (measurements, the curator log's counts) sees a sentinel cell
+    as it sees an empty one, under every rule."""
+    domain = Domain(tuple(replace(c, nullable=True) for c in SENTINELS))
+    blank = sentinel_frame().replace({"fage": {"0": "", " -9 ": ""}, "race": {"NA": ""}})
+    for rules, other in [
+        ({"fage": "keep", "race": "keep"}, {}),
+        ({"fage": "drop", "race": "drop"}, {}),
+        ({"fage": Fill(40.0), "race": Fill("Other")}, {"race": "Other"}),
+    ]:
+        a = encode_frame(sentinel_frame(), domain, rules, other)
+        b = encode_frame(blank, domain, rules, other)
+        assert a.table.n == b.table.n
+        for name in domain.names:
+            np.testing.assert_array_equal(a.table.codes[name], b.table.codes[name])
+        np.testing.assert_array_equal(a.table.scaled["fage"], b.table.scaled["fage"])
+        assert a.curator_log.missing == b.curator_log.missing
