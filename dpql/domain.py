@@ -16,6 +16,11 @@ code ``null_code`` (after the values, or after the bins), so ``card`` counts it.
 numeric cell has the null bin as its code and the scaled value 0 (``NULL_SCALED``): it
 contributes 0 to every moment and counts as the lower bound in range and halfspace queries;
 decoding writes it as an empty cell.
+
+A column's ``missing_values`` are the public sentinel values (``missing_values`` in the spec) that
+the data uses for "unknown": a cell holding one is a missing cell, exactly like an empty one
+(``dpql.data.codec``). They lie outside the column's values (outside ``[lo, hi]``, or not among
+the labels), so no released value is ever one of them.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class NumericColumn:
     integer: bool
     edges: tuple[float, ...]
     nullable: bool = False
+    #: numbers that stand for a missing cell (compared as doubles), outside ``[lo, hi]``
+    missing_values: tuple[float, ...] = ()
 
     kind = "numeric"
 
@@ -116,6 +123,8 @@ class CategoricalColumn:
     fine: tuple[str, ...] | None = None
     parent: tuple[int, ...] | None = None
     nullable: bool = False
+    #: texts that stand for a missing cell (compared with the stripped cell), not among labels
+    missing_values: tuple[str, ...] = ()
 
     kind = "categorical"
 

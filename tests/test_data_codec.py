@@ -3,6 +3,8 @@ error: each follows its column's rule), errors only for the spec's rules and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -213,3 +215,92 @@ def test_decimal_cells_are_parsed_correctly_rounded():
     texts += ["0.40363318573081286", "+1.5", "-.5", "5.", "1E3", "1e400", "-0", "1" * 4300]
     got = _decimals(pd.Series([*texts, None], dtype="string"))
     assert [float(t) for t in texts] == got[:-1].tolist() and np.isnan(got[-1])
+
+
+# Declared missing values (sentinels): a cell holding one is a missing cell, like an empty one.
+FAGE = NumericColumn(
+    "fage", 12.0, 70.0, True, numeric_edges(12, 70, True, 4), missing_values=(0.0, -9.0)
+)
+RACE = CategoricalColumn("race", ("a", "b", "Other"), missing_values=("NA", ".", "99"))
+SENTINELS = Domain((FAGE, RACE))
+
+
+def sentinel_frame() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "fage": ["30", "0", " -9 ", "0.0", "-0", "", "5", "x", "-9.000"],
+            "race": ["a", "NA", " . ", "b", "na", "", "99", "zzz", "NA "],
+        },
+        dtype=str,
+    )
+
+
+def test_a_declared_missing_value_is_a_missing_cell_under_keep() -> None:
+    domain = Domain(tuple(replace(c, nullable=True) for c in SENTINELS))
+    fage, race = domain
+    r = encode_frame(sentinel_frame(), domain, {"fage": "keep", "race": "keep"})
+    null_fage = r.table.codes["fage"] == fage.null_code
+    # 0, -9, 0.0, -0 and -9.000 equal a declared value as doubles; "" is empty; "x" unreadable
+    assert np.flatnonzero(null_fage).tolist() == [1, 2, 3, 4, 5, 7, 8]
+    assert r.table.scaled["fage"][6] == 0.0  # 5 is not declared: clipped to the bound 12
+    null_race = r.table.codes["race"] == race.null_code
+    # "NA", " . ", "99" and "NA " (stripped) are declared; "na" differs in case; "zzz" undeclared
+    assert np.flatnonzero(null_race).tolist() == [1, 2, 4, 5, 6, 7, 8]
+    assert r.curator_log.missing == {"fage": 6, "race": 5}  # empty or declared
+    assert r.curator_log.undeclared == {"fage": 1, "race": 2}
+    assert r.curator_log.clipped_low == {"fage": 1}  # only 5: a sentinel is never clipped
+
+
+def test_declared_missing_values_under_drop_fill_and_other() -> None:
+    dropped = encode_frame(sentinel_frame(), SENTINELS, {"fage": "drop", "race": "drop"})
+    assert dropped.table.n == 1 and dropped.curator_log.rows_kept == 1  # only row 1 is whole
+    filled = encode_frame(
+        sentinel_frame(), SENTINELS, {"fage": Fill(40.0), "race": Fill("Other")}, {"race": "Other"}
+    ).table
+    np.testing.assert_allclose(filled.scaled["fage"][[1, 2, 3, 4, 8]], (40 - 12) / 58)
+    assert filled.codes["race"].tolist() == [0, 2, 2, 1, 2, 2, 2, 2, 2]
+    assert filled.scaled["fage"][0] == pytest.approx((30 - 12) / 58)
+
+
+def test_declared_missing_values_in_native_storage() -> None:
+    df = pd.DataFrame(
+        {
+            "fage": [30.0, 0.0, -0.0, np.nan, -9.0, 0.5],
+            "race": pd.array([1, 99, 2, None, 99, 1], dtype="Int64"),
+        }
+    )
+    race = CategoricalColumn("race", ("1", "2"), nullable=True, missing_values=("99",))
+    domain = Domain((replace(FAGE, nullable=True), race))
+    r = encode_frame(df, domain, {"fage": "keep", "race": "keep"})
+    null = r.table.codes["fage"] == domain["fage"].null_code
+    assert np.flatnonzero(null).tolist() == [1, 2, 3, 4]  # 0, -0, empty, -9; 0.5 is clipped
+    assert r.table.codes["race"].tolist() == [0, 2, 1, 2, 2, 0]
+
+
+def test_inspect_counts_declared_missing_cells_apart_from_empty_ones() -> None:
+    found = {c.column: c for c in inspect_frame(sentinel_frame(), SENTINELS)}
+    fage, race = found["fage"], found["race"]
+    assert (fage.empty, fage.declared, fage.unreadable, fage.below) == (1, 5, 1, 1)
+    assert fage.rows["declared"] == (2, 3, 4, 5, 9) and fage.rows["below"] == (7,)
+    assert (race.empty, race.declared, race.unreadable) == (1, 4, 2)
+    assert race.rows["declared"] == (2, 3, 7, 9)
+    assert {v for v, _, _ in race.examples} == {"na", "zzz"}  # never the declared values
+
+
+def test_a_declared_missing_value_encodes_exactly_as_an_empty_cell() -> None:
+    """Everything after the codec (measurements, the curator log's counts) sees a sentinel cell
+    as it sees an empty one, under every rule."""
+    domain = Domain(tuple(replace(c, nullable=True) for c in SENTINELS))
+    blank = sentinel_frame().replace({"fage": {"0": "", " -9 ": ""}, "race": {"NA": ""}})
+    for rules, other in [
+        ({"fage": "keep", "race": "keep"}, {}),
+        ({"fage": "drop", "race": "drop"}, {}),
+        ({"fage": Fill(40.0), "race": Fill("Other")}, {"race": "Other"}),
+    ]:
+        a = encode_frame(sentinel_frame(), domain, rules, other)
+        b = encode_frame(blank, domain, rules, other)
+        assert a.table.n == b.table.n
+        for name in domain.names:
+            np.testing.assert_array_equal(a.table.codes[name], b.table.codes[name])
+        np.testing.assert_array_equal(a.table.scaled["fage"], b.table.scaled["fage"])
+        assert a.curator_log.missing == b.curator_log.missing

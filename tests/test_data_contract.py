@@ -205,3 +205,95 @@ def test_a_header_without_end_is_refused_without_reading_the_file(tmp_path: Path
     with pytest.raises(DiagnosticError) as e:
         read_csv_text(path)
     assert e.value.diagnostics[0].code == "E409"
+
+
+# Declared missing values (sentinels) next to the odd cells they could be confused with.
+SENTINEL_CORPUS = [
+    "30,a,1",
+    "0,NA,2",  # declared in both columns
+    " -9 , . ,99",  # declared, with whitespace around
+    "0.0,na,1",  # 0.0 equals 0 as a double; "na" is not "NA": undeclared
+    "-0,a,2",  # -0 equals 0 as a double
+    "-9.000e0,b,",  # -9 written otherwise; an empty cell
+    "5,99,1",  # 5 is below the bounds (clipped); "99" is declared in kids only: undeclared
+    "-8.9999999999999999999,a,1",  # rounds to the double -9: declared in every engine
+    "abc,zzz,99.0",  # unreadable, undeclared; "99.0" is not the text "99"
+    "1e400,a,1",  # not finite: unreadable, never a declared value
+    "40,b",  # malformed: every cell empty
+]
+
+
+def _sentinel_domain(nullable: bool) -> Domain:
+    return Domain(
+        (
+            NumericColumn(
+                "fage", 12.0, 70.0, True, numeric_edges(12.0, 70.0, True, 4), nullable, (0.0, -9.0)
+            ),
+            CategoricalColumn(
+                "race", ("a", "b", "Other"), nullable=nullable, missing_values=("NA", ".")
+            ),
+            CategoricalColumn("kids", ("1", "2"), nullable=nullable, missing_values=("99",)),
+        )
+    )
+
+
+SENTINEL_RULES = {
+    "keep": ({"fage": "keep", "race": "keep", "kids": "keep"}, True),
+    "drop": ({"fage": "drop", "race": "drop", "kids": "drop"}, False),
+    "fill": ({"fage": Fill(40.0), "race": Fill("Other"), "kids": Fill("1")}, False),
+}
+
+
+def _read_sentinels(kind: str, path: Path, rule: str):
+    missing, nullable = SENTINEL_RULES[rule]
+    domain = _sentinel_domain(nullable)
+    other = {"race": "Other"}
+    if kind == "memory":
+        return InMemoryEngine.from_file(path, domain, missing=missing, other=other, max_rows=30)
+    return DuckDBEngine(path, domain, missing=missing, other=other, max_rows=30, threads=1)
+
+
+@pytest.mark.parametrize("rule", sorted(SENTINEL_RULES))
+def test_engines_agree_on_declared_missing_values(tmp_path: Path, rule: str) -> None:
+    path = tmp_path / "sentinels.csv"
+    path.write_text("fage,race,kids\n" + "\n".join(SENTINEL_CORPUS) + "\n")
+    mem = _read_sentinels("memory", path, rule)
+    duck = _read_sentinels("duckdb", path, rule)
+    try:
+        np.testing.assert_array_equal(_sorted(_rows(mem)), _sorted(_rows(duck)))
+        m, d = mem.curator_log, duck.curator_log
+        assert (m.rows_read, m.rows_kept) == (d.rows_read, d.rows_kept)
+        assert (m.missing, m.undeclared) == (d.missing, d.undeclared)
+        assert (m.clipped_low, m.clipped_high) == (d.clipped_low, d.clipped_high)
+        # declared or empty (the malformed row's cells included), per column
+        assert m.missing == {"fage": 7, "race": 3, "kids": 3}
+        assert m.undeclared == {"fage": 2, "race": 3, "kids": 1}
+        if rule == "keep":
+            fage = mem.table.codes["fage"] == mem.table.domain["fage"].null_code
+            assert np.flatnonzero(fage).tolist() == [1, 2, 3, 4, 5, 7, 8, 9, 10]
+        if rule == "drop":
+            # the first record, and "5,99,1" (5 clipped, race's undeclared 99 to its Other)
+            assert m.rows_kept == 2
+    finally:
+        duck.close()
+
+
+def test_engines_agree_on_declared_missing_values_in_parquet(tmp_path: Path) -> None:
+    import pandas as pd
+
+    path = tmp_path / "sentinels.parquet"
+    pd.DataFrame(
+        {
+            "fage": [30.0, 0.0, -0.0, np.nan, -9.0, 5.0, np.inf],
+            "race": ["a", "NA", " . ", None, "b", "zzz", "a"],
+            "kids": pd.array([1, 99, 2, None, 99, 1, 3], dtype="Int64"),
+        }
+    ).to_parquet(path)
+    mem = _read_sentinels("memory", path, "keep")
+    duck = _read_sentinels("duckdb", path, "keep")
+    try:
+        np.testing.assert_array_equal(_sorted(_rows(mem)), _sorted(_rows(duck)))
+        missing = {"fage": 4, "race": 3, "kids": 3}
+        assert mem.curator_log.missing == duck.curator_log.missing == missing
+    finally:
+        duck.close()

@@ -94,6 +94,36 @@ def random_raw(domain: Domain, rng: np.random.Generator) -> tuple[pd.DataFrame, 
     return pd.DataFrame(text), pd.DataFrame(native)
 
 
+def with_sentinels(
+    domain: Domain, text: pd.DataFrame, native: pd.DataFrame, rng: np.random.Generator
+) -> tuple[Domain, pd.DataFrame, pd.DataFrame]:
+    """Declare missing values on about half of the columns and write them into about 8% of
+    their cells: numbers below the bounds spelt several ways in the text ("-9", " -9.0 ",
+    "-9e0"), "NA" or "." with padding in categorical cells."""
+    text, native = text.copy(), native.copy()
+    cols = []
+    for col in domain:
+        if rng.random() < 0.5:
+            cols.append(col)
+            continue
+        hit = rng.random(ROWS) < 0.08
+        if isinstance(col, CategoricalColumn):
+            col = dataclasses.replace(col, missing_values=("NA", "."))
+            pick = rng.choice(["NA", " . ", "\tNA"], ROWS)
+            text[col.name] = np.where(hit, pick, text[col.name])
+            native[col.name] = pd.array(
+                np.where(hit, pick, native[col.name].astype(object)), dtype="string"
+            )
+        else:
+            sentinel = col.lo - 9.0
+            col = dataclasses.replace(col, missing_values=(sentinel, col.hi + 0.5))
+            spelt = [repr(sentinel), f" {sentinel:.1f} ", f"{sentinel:g}e0", repr(col.hi + 0.5)]
+            text[col.name] = np.where(hit, rng.choice(spelt, ROWS), text[col.name])
+            native[col.name] = np.where(hit, sentinel, native[col.name])
+        cols.append(col)
+    return Domain(tuple(cols)), text, native
+
+
 def policies(domain: Domain, rng: np.random.Generator) -> tuple[dict, dict]:
     missing: dict[str, object] = {}
     other: dict[str, str] = {}
@@ -245,6 +275,7 @@ def test_engines_agree_on_random_tables_and_queries(
     rng = np.random.default_rng(seed)
     domain = random_domain(rng)
     text, native = random_raw(domain, rng)
+    domain, text, native = with_sentinels(domain, text, native, np.random.default_rng(2000 + seed))
     missing, other = policies(domain, rng)
     domain, missing = with_keep(domain, missing, np.random.default_rng(1000 + seed))
     queries = random_queries(domain, rng) + random_models(domain, rng)
@@ -257,6 +288,7 @@ def test_engines_agree_on_random_tables_and_queries(
     n = reference.curator_log.rows_kept
     assert 0 < n < ROWS  # the table exercised dropping
     assert reference.curator_log.clipped_low and reference.curator_log.undeclared
+    assert any(c.missing_values for c in domain)  # the table exercised declared missing values
     assert [s.shape for s in expected] == [(q.cells(domain),) for q in queries]
     chunked = InMemoryEngine.from_file(csv, domain, missing=missing, other=other)
     chunked._chunk = 7

@@ -3,6 +3,7 @@ that are never errors (malformed ones become rows of empty cells)."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 from pathlib import Path
@@ -134,3 +135,17 @@ def test_a_public_table_is_read_strictly(tmp_path: Path) -> None:
             load_public_table(write(tmp_path, "bad.csv", body), DOMAIN)
         assert set(err.value.codes) == {"E412"}, body
         assert said in err.value.diagnostics[0].message, body
+
+
+def test_a_public_tables_declared_missing_value_is_missing(tmp_path: Path) -> None:
+    """A declared missing value in an external table is a missing cell: an error (E412) in a
+    column without missing: keep, the null state in one with it."""
+    x, c = DOMAIN
+    strict = Domain((dataclasses.replace(x, missing_values=(-9.0,)), c))
+    path = write(tmp_path, "ext.csv", "x,c\n1,a\n-9,b\n")
+    with pytest.raises(DiagnosticError) as err:
+        load_public_table(path, strict)
+    assert "'x' row 2 holds a declared missing value" in err.value.diagnostics[0].message
+    kept = Domain((dataclasses.replace(x, missing_values=(-9.0,), nullable=True), c))
+    codes = load_public_table(path, kept, missing={"x": "keep"}).table.codes["x"]
+    assert codes.tolist()[1] == kept["x"].null_code

@@ -14,6 +14,7 @@ from dpql.diagnostics import DiagnosticError
 from dpql.domain import CategoricalColumn, NumericColumn, numeric_edges
 from dpql.spec import CODES, load_policy, load_spec, normalised_spec_json
 from dpql.spec.fields import DEFAULT_BINS
+from dpql.spec.load import load_normalised_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ADULT = EXAMPLES / "adult" / "adult.release.yaml"
@@ -220,3 +221,22 @@ def test_any_small_edit_gives_diagnostics_never_a_crash(
         n_lines = len(text.splitlines()) + 1
         for d in e.diagnostics:
             assert d.code in CODES and d.pos is not None and 0 < d.pos.line <= n_lines
+
+
+def test_declared_missing_values_reach_the_domain_and_the_hash(tmp_path: Path) -> None:
+    text = TINY.replace("bins: 8}", "bins: 8, missing_values: [0, -9.5]}").replace(
+        "values: [Female, Male]}", "values: [Female, Male], missing_values: [NA, 99]}"
+    )
+    spec = load_spec(_write(tmp_path, text))
+    age, sex = spec.domain["age"], spec.domain["sex"]
+    assert age.missing_values == (0.0, -9.5) and all(type(v) is float for v in age.missing_values)
+    assert sex.missing_values == ("NA", "99")  # an integer names a coded value, as in values
+    assert spec.domain["hours"].missing_values == ()
+    plain = load_spec(_write(tmp_path, TINY, "plain.yaml"))
+    assert spec.spec_hash != plain.spec_hash
+    assert '"missing_values":[0.0,-9.5]' in normalised_spec_json(spec.model)
+    # left out while unset: a spec without it keeps the hash (and public seed) it had
+    assert "missing_values" not in normalised_spec_json(plain.model)
+    # a provenance record's normalised spec loads back to the same spec
+    again = load_normalised_spec(json.loads(normalised_spec_json(spec.model)), spec.path)
+    assert again.spec_hash == spec.spec_hash and again.domain == spec.domain

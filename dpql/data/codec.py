@@ -13,6 +13,10 @@ on one record), so the rules only say which value a cell becomes:
 
 * text is stripped of surrounding whitespace (``WHITESPACE``), column names too; ``" 39 "`` is 39;
 * a cell is *empty* when it is null/NaN or blank text (``"?"`` is an ordinary category);
+* a cell is *declared missing* when it holds one of the column's public ``missing_values``
+  (sentinels such as 0, -9 or "NA"): a numeric cell whose number (read as below) equals one as
+  a double, a categorical cell whose stripped text equals one. It is a missing cell exactly like
+  an empty one (the curator log counts both as missing; ``dpql validate`` tells them apart);
 * a numeric cell stored as text is read as a decimal number (``NUMBER_PATTERN``); anything else
   (``"abc"``, ``"NaN"``, ``"inf"``, a decimal that overflows a double, such as one of 4,300
   digits) is *unreadable*, as is a stored infinity (a stored NaN is empty). A finite number
@@ -94,7 +98,7 @@ class CuratorLog:
     source: str
     rows_read: int
     rows_kept: int
-    missing: Mapping[str, int] = field(default_factory=dict)  # empty cells
+    missing: Mapping[str, int] = field(default_factory=dict)  # empty or declared missing
     undeclared: Mapping[str, int] = field(default_factory=dict)  # unreadable or undeclared
     clipped_low: Mapping[str, int] = field(default_factory=dict)
     clipped_high: Mapping[str, int] = field(default_factory=dict)
@@ -114,11 +118,12 @@ class ColumnIssues:
     """The cells of one column that a rule had to handle, for ``dpql validate`` (CURATOR-ONLY:
     row numbers and values of private rows). ``unreadable`` counts numeric cells that are not a
     finite number and categorical cells not among the declared values (sent to ``other`` when
-    the column has one); ``below``/``above`` count finite numbers clipped to the bounds.
-    ``rows`` maps each of ``"empty"``, ``"unreadable"``, ``"below"``, ``"above"`` to its first
-    :data:`MAX_EXAMPLES` row numbers (1-based over data rows); ``examples`` are the unreadable
-    values ``(value, rows, first_row)``, the most frequent first (ties by first row), of
-    ``distinct`` distinct ones."""
+    the column has one); ``below``/``above`` count finite numbers clipped to the bounds;
+    ``declared`` counts cells holding one of the column's ``missing_values``.
+    ``rows`` maps each of ``"empty"``, ``"unreadable"``, ``"below"``, ``"above"``,
+    ``"declared"`` to its first :data:`MAX_EXAMPLES` row numbers (1-based over data rows);
+    ``examples`` are the unreadable values ``(value, rows, first_row)``, the most frequent
+    first (ties by first row), of ``distinct`` distinct ones."""
 
     column: str
     empty: int = 0
@@ -128,6 +133,7 @@ class ColumnIssues:
     rows: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     examples: tuple[tuple[str, int, int], ...] = ()
     distinct: int = 0
+    declared: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +267,7 @@ class _Parsed:
     text: pd.Series
     empty: np.ndarray
     unreadable: np.ndarray
+    declared: np.ndarray  # a declared missing value (never empty or unreadable)
 
 
 def _blank(text: pd.Series) -> np.ndarray:
@@ -295,17 +302,19 @@ def _parse_numeric(col: NumericColumn, s: pd.Series) -> _Parsed:
     # not a finite number: unparsable text, an infinity, or a decimal that overflows a double
     # (1e400, or 4,300 digits)
     unreadable = ~empty & ~np.isfinite(values)
-    return _Parsed(values, text, empty, unreadable)
+    declared = np.isin(values, np.asarray(col.missing_values, dtype=np.float64))
+    return _Parsed(values, text, empty, unreadable, declared)
 
 
 def _parse_categorical(col: CategoricalColumn, s: pd.Series) -> _Parsed:
     text = s.astype("string").str.strip(WHITESPACE)
     empty = _blank(text)
     codes = pd.Index(col.labels, dtype="string").get_indexer(text).astype(np.int64)
-    unreadable = ~empty & (codes < 0)
+    declared = text.isin(col.missing_values).to_numpy(dtype=bool, na_value=False)
+    unreadable = ~empty & ~declared & (codes < 0)
     if col.parent is not None:  # a grouped column: a fine value is coded by its group
         codes = np.where(codes >= 0, np.asarray(col.parent, dtype=np.int64)[codes], codes)
-    return _Parsed(codes, text, empty, unreadable)
+    return _Parsed(codes, text, empty, unreadable, declared)
 
 
 def _parse(col: NumericColumn | CategoricalColumn, s: pd.Series) -> _Parsed:
@@ -361,11 +370,12 @@ def encode_frame(
     log_undeclared: dict[str, int] = {}
     for col in domain:
         p = _parse(col, df[col.name])
-        values, absent = p.values, p.empty | p.unreadable
+        missing_cell = p.empty | p.declared
+        values, absent = p.values, missing_cell | p.unreadable
         if col.name in other:  # undeclared categories go to the catch-all
             catch_all = col.code_of_label(other[col.name])  # type: ignore[union-attr]
             values = np.where(p.unreadable, catch_all, values)
-            absent = p.empty
+            absent = missing_cell
         policy = missing.get(col.name, default_policy(col))
         if policy == "drop":
             drop |= absent
@@ -381,8 +391,8 @@ def encode_frame(
         if isinstance(col, NumericColumn):  # finite placeholders where the value is unused
             values = np.where(np.isfinite(values), values, col.lo)
         parsed[col.name] = values
-        if p.empty.any():
-            log_missing[col.name] = int(p.empty.sum())
+        if missing_cell.any():
+            log_missing[col.name] = int(missing_cell.sum())
         if p.unreadable.any():
             log_undeclared[col.name] = int(p.unreadable.sum())
 
@@ -441,11 +451,12 @@ def inspect_frame(
     out = []
     for col in domain:
         p = _parse(col, df[col.name])
-        masks = {"empty": p.empty, "unreadable": p.unreadable}
+        masks = {"empty": p.empty, "unreadable": p.unreadable, "declared": p.declared}
         if isinstance(col, NumericColumn):
             finite = np.where(np.isfinite(p.values), p.values, col.lo)
-            masks["below"] = ~p.empty & ~p.unreadable & (finite < col.lo)
-            masks["above"] = ~p.empty & ~p.unreadable & (finite > col.hi)
+            value = ~p.empty & ~p.unreadable & ~p.declared
+            masks["below"] = value & (finite < col.lo)
+            masks["above"] = value & (finite > col.hi)
         counts = {k: int(m.sum()) for k, m in masks.items()}
         rows = {
             k: tuple(int(r) + 1 for r in np.flatnonzero(m)[:MAX_EXAMPLES])
@@ -463,6 +474,7 @@ def inspect_frame(
                 rows,
                 examples,
                 distinct,
+                counts["declared"],
             )
         )
     return out

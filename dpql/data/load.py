@@ -452,9 +452,9 @@ def load_public_table(
     other: Mapping[str, str] | None = None,
 ) -> EncodingResult:
     """Read and encode a *public* table (an external synthetic one) strictly: its cells are
-    public, so an empty cell outside a nullable column, a number that is not finite or out of
-    bounds, a category not declared (with no ``other``) or a malformed record is an error
-    (E412) that names the row, the column and the value."""
+    public, so an empty cell or a declared missing value outside a nullable column, a number
+    that is not finite or out of bounds, a category not declared (with no ``other``) or a
+    malformed record is an error (E412) that names the row, the column and the value."""
     path = Path(path)
     frame, malformed = read_records(path, data_format(path))
     problems = [f"row {int(r)} is malformed (wrong number of fields)" for r in malformed[:5]]
@@ -469,6 +469,9 @@ def load_public_table(
             problems.append(f"column '{c.column}' row {row} holds {value!r}, not a declared value")
         if c.empty and c.column not in nullable:
             problems.append(f"column '{c.column}' row {c.rows['empty'][0]} is empty")
+        if c.declared and c.column not in nullable:
+            row = c.rows["declared"][0]
+            problems.append(f"column '{c.column}' row {row} holds a declared missing value")
         for kind in ("below", "above"):
             if getattr(c, kind):
                 problems.append(f"column '{c.column}' row {c.rows[kind][0]} is {kind} its bounds")

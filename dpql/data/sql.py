@@ -5,9 +5,9 @@ Pure string building, shared by DuckDB and Spark (the two dialects differ only i
 trimming, regular expressions, lookups, integer division, row numbering and materialisation).
 Relations, all derived from the raw ``source``:
 
-* ``parsed`` (view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL = empty, and
-  every cell of a malformed record) and ``v{i}`` its value (categorical code or DOUBLE; NULL when
-  empty or unreadable);
+* ``parsed`` (view): per declared column ``i``, ``r{i}`` the cleaned raw cell (NULL = empty, a
+  declared missing value, and every cell of a malformed record) and ``v{i}`` its value
+  (categorical code or DOUBLE; NULL when empty, declared missing or unreadable);
 * ``staged`` (view): ``z{i}`` empty flag, ``m{i}`` treated-as-missing flag (empty, or unreadable
   without an ``other`` catch-all) and ``v{i}``;
 * ``coded`` (view): per row the public codes ``c{i}``, for numeric columns the value clipped and
@@ -194,7 +194,30 @@ def parsed_sql(
     outer = ", ".join(
         f"r{i}, {_value(f'r{i}', sources[c.name][1], c, d)} AS v{i}" for i, c in enumerate(domain)
     )
-    return f"SELECT {outer} FROM (SELECT {inner} FROM {source}) AS cleaned"
+    valued = f"SELECT {outer} FROM (SELECT {inner} FROM {source}) AS cleaned"
+    if not any(c.missing_values for c in domain):
+        return valued
+    # a declared missing value is a missing cell: both the cell and its value become NULL
+    declared = [_declared(i, c, d) for i, c in enumerate(domain)]
+    final = ", ".join(
+        f"r{i}, v{i}"
+        if test is None
+        else f"CASE WHEN {test} THEN NULL ELSE r{i} END AS r{i}, "
+        f"CASE WHEN {test} THEN NULL ELSE v{i} END AS v{i}"
+        for i, test in enumerate(declared)
+    )
+    return f"SELECT {final} FROM ({valued}) AS valued"
+
+
+def _declared(i: int, col: NumericColumn | CategoricalColumn, d: Dialect) -> str | None:
+    """Whether cell ``i`` holds one of the column's ``missing_values`` (the codec's rule: a
+    numeric cell's value equal as a double, a categorical cell's cleaned text equal); NULL (not
+    true) for an empty cell; None when the column declares none."""
+    if not col.missing_values:
+        return None
+    if isinstance(col, NumericColumn):
+        return f"(v{i} IN ({', '.join(double(x) for x in col.missing_values)}))"
+    return f"(r{i} IN ({', '.join(d.string(x) for x in col.missing_values)}))"
 
 
 def staged_sql(domain: Domain, other: Mapping[str, str], parsed: str = "parsed") -> str:

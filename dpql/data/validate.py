@@ -2,8 +2,9 @@
 
 Part of the privacy boundary (``dpql.data``). ``dpql compile`` treats every cell and record by
 the spec's public rules and never says what it met (design invariant 6); this command says it:
-per declared column the empty cells, the cells that are not a finite number or not a declared
-category, the numbers outside the bounds, and the malformed records, with their row numbers
+per declared column the empty cells, the cells holding a declared missing value
+(``missing_values``), the cells that are not a finite number or not a declared category, the
+numbers outside the bounds, and the malformed records, with their row numbers
 (1-based data rows) and, only on request, the values. Its output and its exit status depend on
 single records: they are for the curator's own terminal, never for a shared log, CI or a
 release. It reads the table in memory with the in-memory engine's reader and parser
@@ -38,14 +39,14 @@ class Validation:
     @property
     def clean(self) -> bool:
         return not self.malformed_count and not any(
-            c.empty or c.unreadable or c.below or c.above for c in self.columns
+            c.empty or c.declared or c.unreadable or c.below or c.above for c in self.columns
         )
 
     def to_json(self, show_values: bool = False) -> dict[str, Any]:
         columns = {}
         for c in self.columns:
             found: dict[str, Any] = {}
-            for kind in ("empty", "unreadable", "below", "above"):
+            for kind in ("empty", "declared", "unreadable", "below", "above"):
                 count = getattr(c, kind)
                 if count:
                     found[kind] = {"count": count, "rows": list(c.rows.get(kind, ()))}
@@ -115,6 +116,11 @@ def render(found: Validation, domain: Domain, show_values: bool = False) -> str:
             lines.append(
                 f"  {c.column}: {c.empty} empty cell(s), rows "
                 f"{_list(c.rows['empty'], c.empty)} -> missing: {rule}"
+            )
+        if c.declared:
+            lines.append(
+                f"  {c.column}: {c.declared} cell(s) holding a declared missing value, rows "
+                f"{_list(c.rows['declared'], c.declared)} -> missing: {rule}"
             )
         if c.unreadable:
             if isinstance(col, CategoricalColumn):

@@ -232,7 +232,8 @@ ENTRIES.error(
     LOAD,
     details="list or string longer than its limit (`spec/language.md` §9): `name` 200 "
     "characters, `description` 10,000, `schema` 1,000 columns, `workload` 1,000 items, "
-    "`requirements` 200, one DSL string 10,000 characters, `edges` 1,000,001",
+    "`requirements` 200, one DSL string 10,000 characters, `edges` 1,000,001, a column's "
+    "`missing_values` 100",
     points="the value",
 )
 ENTRIES.append(
@@ -245,6 +246,19 @@ ENTRIES.append(
         (),
         reserved=True,
     )
+)
+ENTRIES.error(
+    "E113",
+    "declared missing value invalid (listed twice, or also a value of the column)",
+    PLANS,
+    CHECKS,
+    details="a column's `missing_values` entry is listed twice, or is also a value of the "
+    "column: a category of `values` (a cell would be both a category and missing), or a number "
+    "inside `[min, max]` (a released value could not be told from a missing cell); or a "
+    "categorical one has surrounding whitespace (cells are compared stripped). A numeric "
+    "column's missing values are numbers (text there is `E012`: text that is not a number is "
+    "missing in a numeric column already)",
+    points="the missing value",
 )
 ENTRIES.error(
     "E120",

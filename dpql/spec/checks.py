@@ -51,6 +51,7 @@ def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
         else:
             out += _categorical_checks(col, here, doc)
         out += _missing_checks(col, spec.missing, here, doc)
+        out += _missing_values_checks(col, here, doc)
     out += _error_rule_checks(spec, doc)
     out += _guidance(spec, doc)
     out += _privacy_checks(spec, doc)
@@ -300,6 +301,67 @@ def _missing_checks(
                 "E109", f"fill {col.fill:g} is not a whole number (integer column)", fill_pos
             )
         )
+    return out
+
+
+def _missing_values_checks(
+    col: NumericSpec | CategoricalSpec, here: Path_, doc: YamlDoc
+) -> list[Diagnostic]:
+    """E113: a declared missing value listed twice, or one that is also a value of the column
+    (a category of ``values``, a number in ``[min, max]``): such a cell would be both a value
+    and missing, and a released value could not be told from a missing one. A categorical one
+    with surrounding whitespace never matches a (stripped) cell."""
+    out: list[Diagnostic] = []
+    seen: set[str | float] = set()
+    if not col.missing_values:
+        return out
+    values = set(col.values or ()) if isinstance(col, CategoricalSpec) else set()
+    for i, value in enumerate(col.missing_values):
+        pos = doc.value_pos((*here, "missing_values", i))
+        shown = f"'{value}'" if isinstance(value, str) else f"{value:g}"
+        if value in seen:
+            out.append(
+                Diagnostic(
+                    "E113",
+                    f"missing value {shown} is listed twice in '{dotted(here)}'",
+                    pos,
+                    "list each missing value once",
+                )
+            )
+        seen.add(value)
+        if isinstance(col, CategoricalSpec):
+            if value in values:
+                out.append(
+                    Diagnostic(
+                        "E113",
+                        f"missing value {shown} of '{here[-1]}' is also one of its values: a "
+                        "cell holding it would be both a category and missing",
+                        pos,
+                        f"remove {shown} from values (or from missing_values)",
+                    )
+                )
+            elif value != value.strip(" \t\r\n"):
+                out.append(
+                    Diagnostic(
+                        "E113",
+                        f"missing value {value!r} of '{here[-1]}' has surrounding whitespace: "
+                        "cells are compared after stripping theirs, so it would never match",
+                        pos,
+                        f"write {value.strip()!r}",
+                    )
+                )
+        elif col.min <= value <= col.max:
+            out.append(
+                Diagnostic(
+                    "E113",
+                    f"missing value {shown} of '{here[-1]}' lies inside its bounds "
+                    f"[{col.min:g}, {col.max:g}]: the released table may hold {shown} as a "
+                    "value, which a reader could not tell from a missing cell",
+                    pos,
+                    "move min or max so the missing value lies outside the bounds (values "
+                    "beyond them are clipped), or remove it from missing_values",
+                )
+            )
     return out
 
 

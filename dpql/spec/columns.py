@@ -13,6 +13,7 @@ from dpql.spec.fields import (
     DEFAULT_BINS,
     MAX_BINS,
     MAX_EDGES,
+    MAX_MISSING_VALUES,
     Finite,
     MissingRule,
     NonEmptyStr,
@@ -39,6 +40,15 @@ class NumericSpec(SpecModel):
     )
     missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
     fill: Finite | None = Field(None, description="Value for missing: fill (in [min, max]).")
+    missing_values: list[Finite] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MISSING_VALUES,
+        description="Public numbers the data uses for unknown (0, -9, 99), each outside [min, "
+        "max] and listed once: a cell whose number equals one (as a double) is a missing cell, "
+        "like an empty one, under the column's missing rule. A per-record rule, so the "
+        "neighbouring relation and every sensitivity are unchanged (docs/missing.md).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -104,8 +114,18 @@ class CategoricalSpec(SpecModel):
     )
     missing: MissingRule | None = Field(None, description="Overrides the top-level rule.")
     fill: str | None = Field(None, description="Category for missing: fill (one of values).")
+    missing_values: list[NonEmptyStr] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MISSING_VALUES,
+        description="Public texts the data uses for unknown (NA, ., 99), none of them among "
+        "values and each listed once: a cell whose text (stripped of surrounding whitespace) "
+        "equals one is a missing cell, like an empty one, under the column's missing rule. A "
+        "per-record rule, so the neighbouring relation and every sensitivity are unchanged "
+        "(docs/missing.md).",
+    )
 
-    @field_validator("values", mode="before")
+    @field_validator("values", "missing_values", mode="before")
     @classmethod
     def _integer_codes_are_names(cls, v: Any) -> Any:
         # `values: [1, 2, 3]` names coded categories; data files read them as text.

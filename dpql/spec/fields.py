@@ -22,6 +22,7 @@ MAX_COLUMNS = 1_000
 MAX_WORKLOAD_ITEMS = 1_000
 MAX_REQUIREMENTS = 200
 MAX_DSL_CHARS = 10_000  # one workload item or requirement
+MAX_MISSING_VALUES = 100  # a column's declared missing values (sentinels)
 MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
 MIN_RHO, MAX_RHO = 1e-12, 1e6
 MIN_DELTA, MAX_DELTA = 1e-100, 0.5

@@ -122,15 +122,24 @@ class LoadedPolicy:
             return Path(os.path.normpath(path))
 
 
+#: column fields added after the normalised form was fixed: left out while unset, so a spec
+#: that does not use them keeps its hash (and its public seed, ``dpql.plan.planner``)
+_LATER = frozenset({"missing_values"})
+
+
 def normalised_spec_json(spec: ReleaseSpec) -> str:
     """The spec as canonical JSON: defaults filled in, keys sorted, compact, columns as an
     ordered list (column order is meaningful: it is the domain's order). Paths stay as written,
     so the hash does not depend on where the repository is checked out. ``output.curator`` (where
     the curator keeps its own file) is left out: it is not part of what is released, and the
-    normalised spec is published in the provenance record."""
+    normalised spec is published in the provenance record. An unset column field of
+    ``_LATER`` is left out too."""
     data = spec.model_dump(mode="json", by_alias=True)
     data["output"].pop("curator", None)
-    data["schema"] = [{"name": name, **col} for name, col in data["schema"].items()]
+    data["schema"] = [
+        {"name": name, **{k: v for k, v in col.items() if v is not None or k not in _LATER}}
+        for name, col in data["schema"].items()
+    ]
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -158,6 +167,13 @@ def build_domain(spec: ReleaseSpec) -> Domain:
             columns.append(CategoricalColumn(name, groups, tuple(col.values or ()), parent))
         else:
             columns.append(CategoricalColumn(name, tuple(col.values or ())))
+    # the declared sentinels: cells the codec reads as missing, like empty ones
+    columns = [
+        dataclasses.replace(c, missing_values=tuple(spec.columns[c.name].missing_values))
+        if spec.columns[c.name].missing_values
+        else c
+        for c in columns
+    ]
     # missing: keep makes a column nullable: its null state is public, whatever the data holds
     columns = [
         dataclasses.replace(c, nullable=True)
@@ -520,6 +536,11 @@ def _from_pydantic(err: Any, model: type[BaseModel], doc: YamlDoc) -> Diagnostic
         hint = "remove the quotes: a quoted value is text"
     elif kind == "bool_type":
         hint = "use true or false"
+    elif kind == "float_type" and "missing_values" in loc and isinstance(got, str):
+        hint = (
+            "a numeric column's missing values are numbers (0, -9, 99); a cell that is not a "
+            "number (NA, .) is missing already"
+        )
     elif kind == "int_type" and isinstance(got, float) and got.is_integer() and abs(got) < 1e18:
         hint = f"write a whole number without a point or exponent: {int(got)}"
     return Diagnostic("E012", f"'{name}' {should}{_got(got)}", pos, hint)

@@ -9,10 +9,12 @@ and base model in :mod:`dpql.spec.fields`.
 
 Missing values (the ``missing`` keys). A top-level ``missing: keep | drop`` is the default for
 every column (``keep`` when absent); a column may override it with its own ``missing``. A cell is
-missing when it is empty, and also when it cannot be read as a value of the column (a number that
-does not parse or is not finite, a category not among ``values`` with no ``other``, every cell
-of a malformed CSV row; :mod:`dpql.data.codec`), so every rule is total: no cell makes a release
-fail (design invariant 6). ``dpql validate`` is the curator's strict look at such cells.
+missing when it is empty, when it holds one of the column's declared ``missing_values`` (public
+sentinels such as 0, -9 or "NA", never a value of the column: E113), and also when it cannot be
+read as a value of the column (a number that does not parse or is not finite, a category not
+among ``values`` with no ``other``, every cell of a malformed CSV row; :mod:`dpql.data.codec`),
+so every rule is total: no cell makes a release fail (design invariant 6). ``dpql validate`` is
+the curator's strict look at such cells.
 
 * ``drop``: a row with a missing value in this column is left out of every measurement: it
   contributes zero to every sum, and averages are still divided by the public n. ``data.rows``
@@ -29,6 +31,8 @@ fail (design invariant 6). ``dpql validate`` is the curator's strict look at suc
 * ``keep`` (default): missingness is a public state of the column, one extra code after its
   values (a null category) or bins (a null bin), present whether or not the data has missing
   cells; it is measured and synthesized like any other value and written back as an empty cell;
+* declared ``missing_values`` are a per-record map of public values, like the rules above: the
+  neighbouring relation and every sensitivity are the same with or without them;
 * ``error`` is no longer a rule: whether a release happens would depend on one record. A spec
   that says it gets a located error (E109) naming the rules above and ``dpql validate``.
 
