@@ -262,11 +262,11 @@ def test_model_size_cap_from_the_machine(tmp_path, monkeypatch):
     assert aim.machine_model_cap(cpus=64, memory_bytes=gib // 2) == 16.0
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(6)), raising=False)
     monkeypatch.setenv(MEMORY_LIMIT_ENV, str(8 * gib))
-    plan = build_plan(load_spec(_spec(tmp_path, "  method: aim\n  rows: 600")))
+    # few steps: the fits' work allows more than the machine's cap
+    few = "  method: aim\n  rows: 600\n  options: {iters: 5, final_iters: 10}"
+    plan = build_plan(load_spec(_spec(tmp_path, few)))
     assert plan.synth.options["max_model_size"] == 60.0
     assert plan.synth.config[1].max_model_size == 60.0  # what the run filters with
-    auto = build_plan(load_spec(_spec(tmp_path, "  method: auto\n  rows: 600")))
-    assert "model size at most 60 MB" in auto.synth.options["reason"]
     fixed = _spec(tmp_path, "  method: aim\n  rows: 600\n  options: {max_model_size: 5}")
     assert build_plan(load_spec(fixed)).synth.options["max_model_size"] == 5.0
 
@@ -431,3 +431,69 @@ def test_the_fit_domain_drops_the_null_cells_of_columns_shown_complete():
     assert np.array_equal(fit.restrict(("b",), b), b) and fit.expand(("b",), b) is b
     back = fit.expand(("b", "a"), fit.restrict(("b", "a"), y)).reshape(4, 3)
     assert np.array_equal(back[:, :2], y.reshape(4, 3)[:, :2]) and not back[:, 2].any()
+
+
+def test_the_default_model_cap_bounds_the_fits_work(tmp_path, monkeypatch):
+    """Unset ``max_model_size`` is also at most the cap whose fits do at most
+    ``FIT_WORK_PER_CORE`` cell-steps per core: steps times the share of the budget spent
+    (round ``i``'s cap) summed over the fits, the forest's closed form not among them. Fewer
+    steps or more cores allow a larger model; the spec's own value wins."""
+    from dpql.plan.resources import MEMORY_LIMIT_ENV
+    from dpql.synth.aim import plan as aim
+
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, str(8 * 2**30))
+    caps = {}
+    for cpus in (2, 4):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, c=cpus: set(range(c)),
+                            raising=False)  # fmt: skip
+        plan = build_plan(load_spec(_spec(tmp_path, "  method: aim\n  rows: 600")))
+        s, options = plan.synth.config
+        fits = s.fits(options.iters, options.final_iters)
+        # the forest's round is closed form; the last fit takes final_iters
+        assert len(fits) == len(s.rounds) - bool(s.tree) and fits[-1] == (1000, 1.0)
+        assert [share for _, share in fits] == sorted(share for _, share in fits)
+        work = sum(steps * share for steps, share in fits) * options.max_model_size * 2**20 / 8
+        assert work <= aim.FIT_WORK_PER_CORE * cpus
+        assert work > 0.99 * aim.FIT_WORK_PER_CORE * cpus  # the work cap binds here
+        caps[cpus] = options.max_model_size
+        assert "model size at most" in build_plan(
+            load_spec(_spec(tmp_path, "  method: auto\n  rows: 600"))
+        ).synth.options["reason"]
+    assert caps[4] == pytest.approx(2 * caps[2], rel=0.01) and caps[2] < aim.MODEL_CAP_MIN
+    fewer = _spec(tmp_path, "  method: aim\n  rows: 600\n  options: {final_iters: 200}")
+    assert build_plan(load_spec(fewer)).synth.options["max_model_size"] > caps[4]
+
+
+class _LargestOracle:
+    """A stand-in selection that always takes the offered candidate with the most cells."""
+
+    def __init__(self, cells) -> None:
+        self.cells = cells
+
+    def select(self, queries, answers, k, rho, **_):
+        return [max(range(len(queries)), key=lambda i: self.cells(queries[i].columns))]
+
+
+def test_a_rounds_picks_together_keep_the_model_within_the_cap():
+    """The model-size filter holds for a round's picks together, not only one by one: two
+    disjoint 3-way marginals each fit the cap beside the 1-way model, but not both."""
+    from mbi import Domain
+
+    from dpql.ir.queries import Marginal
+    from dpql.synth.aim.graphical import IndependentModel, junction_cells
+    from dpql.synth.aim.program import FitDomain, _pick_round
+
+    cols = tuple("abcdef")
+    card = dict.fromkeys(cols, 10)
+    s = _plan(cols, [Marginal(cols[:3]), Marginal(cols[3:])], 10.0, 10**6, [10] * 6,
+              rounds=1, per_round=2, tree=False)  # fmt: skip
+    model = IndependentModel({c: np.ones(10) for c in cols}, s.n)
+    mdom = Domain(list(cols), [10] * 6)
+    fit = FitDomain(SimpleNamespace(card=card.get), cols, ())
+    limit = 1500 * 8 / 2**20  # one 3-way clique (1,030 cells with the others) fits, two do not
+    picks = _pick_round(_LargestOracle(fit.cells), s, 0, model, s.rounds[0][0], 1e-5, limit,
+                        mdom, fit)  # fmt: skip
+    assert len(picks) == 2 and len(picks[0]) == 3  # the largest first, alone within the cap
+    assert junction_cells(card, [*model.cliques, picks[0]])[0] <= 1500
+    assert junction_cells(card, [*model.cliques, *picks])[0] <= 1500
+    assert len(picks[1]) == 2 and not set(picks[1]) & set(picks[0])  # the largest that fits

@@ -337,9 +337,13 @@ class AimOptions(SpecModel):
     )
     max_model_size: Annotated[float, Field(gt=0, le=4096, allow_inf_nan=False)] | None = Field(
         None,
-        description="Cap on the graphical model's size in MB (AIM's model-size filter); "
-        "default: from this machine, 10 MB per CPU core within [20, 80] (80: AIM's reference) "
-        "and at most 1/32 of the memory limit (dpql.synth.aim.plan.machine_model_cap).",
+        description="Cap on the graphical model's size in MB (AIM's model-size filter, on a "
+        "round's picks together); default: the smaller of this machine's cap (10 MB per CPU core "
+        "within [20, 80], 80: AIM's reference, and at most 1/32 of the memory limit; "
+        "dpql.synth.aim.plan.machine_model_cap) and the cap that bounds the fits' work (model "
+        "cells x mirror-descent steps, summed over the schedule's fits, at most 1e8 per CPU core; "
+        "dpql.synth.aim.plan.work_model_cap), so that synthesis time stays bounded where a large "
+        "n makes large cliques cheap to measure.",
     )
     iters: Annotated[int, Field(gt=0, le=10**6)] = 250
     final_iters: Annotated[int, Field(ge=0, le=10**6)] = 1000

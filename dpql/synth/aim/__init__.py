@@ -23,7 +23,10 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
 * **Noise-aware candidates.** A candidate whose expected noise L1 at the round's sigma is >= 1
   (half the largest possible L1 error, 2) is never offered: its measurement would tell less than
   it adds. AIM's model-size filter (``max_model_size`` MB, scaled by the share of the budget
-  spent) is kept.
+  spent) is kept, and holds for a round's picks together. Its default also bounds the work of
+  the fits (model cells times mirror-descent steps, :func:`~dpql.synth.aim.plan.work_model_cap`):
+  where n is large, noise no longer limits the cliques worth measuring, and without it the
+  selection fills the machine's cap with cliques whose fits take minutes.
 * **Warm starts, one compile per fit.** Each round's estimate starts from the last (``iters``
   mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
   mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)

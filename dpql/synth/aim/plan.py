@@ -21,25 +21,37 @@ from dpql.synth.base import PlanContext, SynthCost, SynthPlan
 MODEL_MB_PER_CORE = 10.0
 MODEL_CAP_MIN, MODEL_CAP_MAX = 20.0, 80.0
 MODEL_MEMORY_SHARE = 32
+#: the default work of a release's mirror-descent fits per CPU core (:func:`work_model_cap`):
+#: junction-tree cells times steps, summed over the schedule's fits. Bounded so that the fits'
+#: steps take about as long as compiling one fit's program on a small machine, the fixed cost
+#: of a fit: synthesis time then stays bounded whatever n, where a small noise would
+#: otherwise let the selection fill the machine's cap with large cliques
+FIT_WORK_PER_CORE = 1e8
+#: bytes of a model cell (the unit of ``max_model_size``: mbi's ``hypothetical_model_size``)
+CELL_BYTES = 8
+
+
+def usable_cpus() -> int:
+    """The CPU cores this process may run on."""
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return cpus or os.cpu_count() or 1
 
 
 def machine_model_cap(cpus: int | None = None, memory_bytes: int | None = None) -> float:
-    """The default ``max_model_size`` (MB) on this machine: ``MODEL_MB_PER_CORE`` per usable
-    CPU core within [``MODEL_CAP_MIN``, ``MODEL_CAP_MAX``], and at most 1/``MODEL_MEMORY_SHARE``
-    of compile's memory limit (``dpql.plan.resources.memory_limit``).
+    """The model-size cap (MB) of this machine: ``MODEL_MB_PER_CORE`` per usable CPU core
+    within [``MODEL_CAP_MIN``, ``MODEL_CAP_MAX``], and at most 1/``MODEL_MEMORY_SHARE`` of
+    compile's memory limit (``dpql.plan.resources.memory_limit``).
 
     A mirror-descent step's work grows with the model's size and XLA spreads it over the
     cores, so the cap scales with them: a small machine keeps each fit short, and from 8
     cores the cap is AIM's reference 80 MB. Mirror descent holds a few copies of the
     potentials, marginals and messages, hence the memory share. Public (no data); the cap in
     use is in the plan's and the record's synthesizer options."""
-    import os
-
     from dpql.plan.resources import memory_limit
 
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        cpus = cpus or os.cpu_count() or 1
+    cpus = usable_cpus() if cpus is None else cpus
     memory_bytes = memory_limit() if memory_bytes is None else memory_bytes
     cores = min(MODEL_CAP_MAX, max(MODEL_CAP_MIN, MODEL_MB_PER_CORE * cpus))
     return float(min(cores, memory_bytes / 2**20 / MODEL_MEMORY_SHARE))
@@ -200,6 +212,24 @@ class AimSchedule:
         qs = [Marginal(self.columns[:1])] * self.picks(i)
         return joint_l2_sensitivity(qs, self.n) / math.sqrt(2 * self.rounds[i][1])
 
+    def spent_share(self, i: int) -> float:
+        """The share of the schedule's rho spent once round ``i`` has measured: AIM scales the
+        model-size cap of round ``i``'s picks by it."""
+        total = self.rho_init + sum(a + b for a, b in self.rounds)
+        spent = self.rho_init
+        for a, b in self.rounds[: i + 1]:
+            spent += a + b
+        return spent / total if total > 0 else 1.0
+
+    def fits(self, iters: int, final_iters: int) -> list[tuple[int, float]]:
+        """(mirror-descent steps, :meth:`spent_share`) of each fit the run makes: one per round
+        but the spanning forest's (closed form, where rounds follow it); the last fit takes
+        ``final_iters`` steps (``iters`` where that is 0)."""
+        last = len(self.rounds) - 1
+        return [(final_iters or iters if i == last else iters, self.spent_share(i))
+                for i in range(len(self.rounds))
+                if not (i == 0 and self.tree and i != last)]  # fmt: skip
+
 
 def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: int,
              options: AimOptions, cards: Sequence[int] | None = None,
@@ -334,14 +364,24 @@ def budget_lines(s: AimSchedule, cards: dict[str, int] | None = None) -> list[Bu
     return lines
 
 
+def work_model_cap(s: AimSchedule, iters: int, final_iters: int, cpus: int) -> float:
+    """The model-size cap (MB) that bounds the work of the schedule's fits: round ``i``'s
+    model is within the cap times :meth:`AimSchedule.spent_share`, and a mirror-descent step's
+    work is proportional to the model's cells, so ``sum(steps x share) x cells`` over the fits
+    (:meth:`AimSchedule.fits`) is at most :data:`FIT_WORK_PER_CORE` x ``cpus`` cell-steps.
+    Public: the schedule, the options and the machine."""
+    weight = sum(steps * share for steps, share in s.fits(iters, final_iters))
+    if weight <= 0:
+        return MODEL_CAP_MAX
+    return FIT_WORK_PER_CORE * cpus / weight * CELL_BYTES / 2**20
+
+
 def plan(ctx: PlanContext, options: AimOptions | None = None) -> SynthPlan:
     """AIM's plan: the fixed schedule of ``options`` (default: the spec's; an unset
     ``max_model_size`` from this machine), its budget lines and its resource cost."""
     spec = ctx.spec
     if options is None:
         options = spec.model.synthesizer.options
-    if options.max_model_size is None:
-        options = options.model_copy(update={"max_model_size": machine_model_cap()})
     dom = spec.domain
     # the schedule prices a measurement by its value cells: a nullable column's null cell
     # holds its missing share, which a complete column does not have and which the release
@@ -350,6 +390,11 @@ def plan(ctx: PlanContext, options: AimOptions | None = None) -> SynthPlan:
     s = plan_aim(dom.names, ctx.queries, ctx.phase_rho.get("synthesizer", 0.0), spec.rows,
                  options, [values[c] for c in dom.names],
                  lambda cl: math.prod(values[c] for c in cl))  # fmt: skip
+    if options.max_model_size is None:
+        cpus = usable_cpus()
+        work = work_model_cap(s, options.iters, options.final_iters, cpus)
+        cap = min(machine_model_cap(cpus), max(0.01, math.floor(work * 100) / 100))
+        options = options.model_copy(update={"max_model_size": cap})
     # cost: the model (capped at max_model_size MB); time is dominated by mbi's XLA
     # compilation of each round's new clique structure
     # the row balancer holds the workload marginals' counts and targets (float32) and the

@@ -109,35 +109,23 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
 def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, limit: float,
                 mdom, fit: FitDomain) -> list[tuple[str, ...]]:
     """An adaptive round's ``s.k()`` picks, one at a time, among the candidates that the
-    round's noise would not swamp and that keep the model within ``limit`` MB."""
-    from mbi import junction_tree
-
-    from dpql.synth.aim.graphical import IndependentModel, model_marginals
+    round's noise would not swamp and that keep the model, with the round's earlier picks,
+    within ``limit`` MB (where none does, those that grow it least)."""
+    from dpql.synth.aim.graphical import junction_cells, model_marginals
 
     n = s.n
     cells = fit.cells
-    if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
-        card = dict(zip(mdom.attributes, mdom.shape, strict=True))
+    card = dict(zip(mdom.attributes, mdom.shape, strict=True))
+    now = [tuple(c) for c in model.cliques]
 
-        def model_size(cl: tuple[str, ...]) -> float:
-            return (cells(cl) + sum(card[c] for c in s.columns if c not in cl)) * 8 / 2**20
-    else:
+    def sizes(pool: list[tuple[str, ...]], chosen: list[tuple[str, ...]]) -> dict:
+        """MB of the model with ``chosen`` and each of ``pool`` (mbi's junction tree of the
+        measured cliques)."""
+        return {cl: junction_cells(card, [*now, *chosen, cl])[0] * 8 / 2**20 for cl in pool}
 
-        def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
-            return junction_tree.hypothetical_model_size(mdom, [*now, cl])
-
-    # a candidate inside a clique of the model's junction tree adds nothing to its size
-    if isinstance(model, IndependentModel):
-        held: list[frozenset[str]] = []
-    else:
-        jtree, _ = junction_tree.make_junction_tree(mdom, [tuple(c) for c in model.cliques])
-        held = [frozenset(c) for c in jtree.nodes]
-    live = [
-        cl
-        for cl in s.candidates
-        if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT
-        and (any(h.issuperset(cl) for h in held) or model_size(cl) <= limit)
-    ]
+    quiet = [cl for cl in s.candidates if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT]
+    size = sizes(quiet, [])
+    live = [cl for cl in quiet if size[cl] <= limit]
     if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
         live += [c for c in sorted(s.candidates, key=cells) if c not in live]
         live = live[: max(s.k(), len(live))]
@@ -150,6 +138,10 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     # is picked again only where its error beats its noise (the penalty), i.e. where it pays.
     for j, r in enumerate(select_parts(rs, s.k())):
         pool = [cl for cl in live if cl not in cls]
+        if cls:  # the model-size filter with this round's earlier picks
+            size = sizes(pool, cls)
+            least = min(size.values())
+            pool = [cl for cl in pool if size[cl] <= max(limit, least)]
         pool = [cl for cl in pool if not any(overlaps(cl, c) for c in cls)] or pool
         chosen = oracle.select(
             [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r,
@@ -212,12 +204,9 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     )
     picked: list[tuple[str, ...]] = []
     tree: list[tuple[str, ...]] = []
-    spent = s.rho_init
-    total = s.rho_init + sum(a + b for a, b in s.rounds)
     for i, (rs, rm) in enumerate(s.rounds):
-        spent += rs + rm
         sigma = s.round_sigma(i)
-        limit = options.max_model_size * spent / total
+        limit = options.max_model_size * s.spent_share(i)
         if i == 0 and s.tree:
             cls = _pick_forest(oracle, s, model, rs, sigma, fit)
             tree = list(cls)

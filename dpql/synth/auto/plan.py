@@ -40,8 +40,9 @@ def plan(ctx: PlanContext, options: object = None) -> SynthPlan:
             f"budget on the 1-way marginals, "
             + (f"then a spanning forest of {o['tree_edges']} pair(s), " if o["tree"] else "")
             + f"then {o['rounds']} round(s) of {o['per_round']} marginal(s); model size "
-            f"at most {o['max_model_size']:g} MB (from this machine: "
-            "dpql.synth.aim.plan.machine_model_cap); the sampled rows balanced towards the model's "
+            f"at most {o['max_model_size']:g} MB (from this machine and the fits' work: "
+            "dpql.synth.aim.plan.machine_model_cap, work_model_cap); the sampled rows balanced "
+            "towards the model's "
             f"workload marginals ({o['balance_sweeps']} passes)"
         )
     return SynthPlan(
