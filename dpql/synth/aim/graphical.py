@@ -223,6 +223,51 @@ def greedy_order(card: dict[str, int], scopes: Sequence[tuple[str, ...]],
     return order
 
 
+def model_size_mb(card: dict[str, int], cliques: Sequence[tuple[str, ...]]) -> float:
+    """mbi's ``junction_tree.hypothetical_model_size`` (the junction tree's cells, in MB of
+    float64) on bit masks: the same elimination order (depth-first post-order where the cliques'
+    graph is a tree, else mbi's greedy order, :func:`greedy_order`) and the maximal cliques of
+    the triangulated graph, each the eliminated attribute with its remaining neighbours. AIM's
+    model-size filter asks for one per candidate, where mbi builds networkx graphs."""
+    names = list(card)
+    bit = {a: 1 << i for i, a in enumerate(names)}
+    adj = dict.fromkeys(names, 0)
+    for cl in cliques:
+        m = functools.reduce(operator.or_, (bit[a] for a in cl), 0)
+        for a in cl:
+            adj[a] |= m & ~bit[a]
+    edges = sum(bin(m).count("1") for m in adj.values()) // 2
+    if edges and edges == len(names) - 1 and _connected(adj, bit):
+        # a tree: mbi eliminates leaves first (no fill); its cliques are the edges
+        cells = sum(card[a] * card[b] for a in names for b in names
+                    if a < b and adj[a] & bit[b])  # fmt: skip
+        return cells * 8 / 2**20
+    order = greedy_order(card, [tuple(cl) for cl in cliques], names)
+    found: list[int] = []
+    for z in order:
+        nb = adj[z]
+        found.append(nb | bit[z])
+        for a in names:
+            if nb & bit[a]:
+                adj[a] = (adj[a] | nb) & ~bit[a] & ~bit[z]
+        adj[z] = 0
+    maximal = {m for m in found if not any(m != o and m & o == m for o in found)}
+    cells = sum(math.prod(card[a] for a in names if m & bit[a]) for m in maximal)
+    return cells * 8 / 2**20
+
+
+def _connected(adj: dict[str, int], bit: dict[str, int]) -> bool:
+    names = list(adj)
+    seen, stack = bit[names[0]], [names[0]]
+    while stack:
+        a = stack.pop()
+        for b in names:
+            if adj[a] & bit[b] and not seen & bit[b]:
+                seen |= bit[b]
+                stack.append(b)
+    return seen == (1 << len(names)) - 1
+
+
 def _aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
     """``arr`` over ``attrs`` as a broadcastable array over ``union`` (size-1 axes elsewhere)."""
     ours = [a for a in union if a in attrs]

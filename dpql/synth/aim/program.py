@@ -112,19 +112,19 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     round's noise would not swamp and that keep the model within ``limit`` MB."""
     from mbi import junction_tree
 
-    from dpql.synth.aim.graphical import IndependentModel, model_marginals
+    from dpql.synth.aim.graphical import IndependentModel, model_marginals, model_size_mb
 
     n = s.n
     cells = fit.cells
+    card = dict(zip(mdom.attributes, mdom.shape, strict=True))
     if isinstance(model, IndependentModel):  # its junction tree is cl and singletons
-        card = dict(zip(mdom.attributes, mdom.shape, strict=True))
 
         def model_size(cl: tuple[str, ...]) -> float:
             return (cells(cl) + sum(card[c] for c in s.columns if c not in cl)) * 8 / 2**20
     else:
 
         def model_size(cl: tuple[str, ...], now=tuple(model.cliques)) -> float:
-            return junction_tree.hypothetical_model_size(mdom, [*now, cl])
+            return model_size_mb(card, [*now, cl])
 
     # a candidate inside a clique of the model's junction tree adds nothing to its size
     if isinstance(model, IndependentModel):
@@ -176,6 +176,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         sample_rows,
         tree_model,
     )
+    from dpql.synth.aim.hostfit import HostProgram, fits_on_host, host_estimate
     from dpql.synth.jax_cache import enable_compilation_cache
 
     enable_compilation_cache()
@@ -184,7 +185,14 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     n = s.n
     dom = ctx.spec.domain
 
+    engines: list[str] = []
+
     def estimate(meas, iters, warm=None):
+        program = HostProgram(mdom, meas)
+        if fits_on_host(program, iters):
+            engines.append("host")
+            return host_estimate(program, float(n), iters, warm)
+        engines.append("xla")
         return quick_start_mirror_descent().estimate(
             mdom, meas, known_total=float(n), iters=iters, warm_start=warm
         )
@@ -268,5 +276,6 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         "fitted_without_null_cell": sorted(fit.closed),
         "picks_per_round": [s.picks(i) for i in range(len(s.rounds))],
         "model_cliques": [list(c) for c in model.cliques],
+        "fits": engines,
     }
     return SynthResult(table, info, tuple(measured))
