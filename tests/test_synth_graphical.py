@@ -322,3 +322,34 @@ def test_fits_run_on_the_host_only_below_the_work_bound():
     limit = hostfit.HOST_FIT_MAX_WORK // program.cells
     assert hostfit.fits_on_host(program, limit - hostfit.BLOCK)
     assert not hostfit.fits_on_host(program, limit + hostfit.BLOCK)
+
+
+def test_host_marginals_match_log_space_and_survive_extreme_potentials():
+    """The scaled probability-space passing gives the log-space marginals on random potentials,
+    and where potentials hundreds of nats apart leave a table without mass it falls back to log
+    space rather than returning NaN."""
+    from dpql.synth.aim.hostfit import HostProgram
+
+    meas = _measurements(5, [("b", "a"), ("c", "b"), ("a", "c"), ("d", "c"), ("d",)])
+    program = HostProgram(DOM, meas)
+    rng = np.random.default_rng(0)
+    theta = [rng.normal(0, 3, t.shape) for t in program.zeros()]
+    for ours, ref in zip(program.marginals(theta, 100.0), program.log_marginals(theta, 100.0),
+                         strict=True):  # fmt: skip
+        np.testing.assert_allclose(ours, ref, rtol=1e-9, atol=1e-12)
+    # ("c", "b") puts its mass on c = 0 and ("d", "c") on c = 1, 2000 nats above the rest:
+    # scaled tables of different junction-tree cliques then share no cell with mass
+    extreme = [t.copy() for t in theta]
+    k_cb, k_dc = program.cliques.index(("c", "b")), program.cliques.index(("d", "c"))
+    extreme[k_cb][:, 0] += 2000.0  # host tables are in the domain's order: (b, c), (c, d)
+    extreme[k_dc][1, :] += 2000.0
+    calls = []
+    log_space = program.log_marginals
+    program.log_marginals = lambda *a: calls.append(1) or log_space(*a)
+    got = program.marginals(extreme, 100.0)
+    assert calls  # the fallback ran
+    ref = log_space(extreme, 100.0)
+    assert all(np.isfinite(g).all() for g in got)
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-9, atol=1e-9)
+        assert g.sum() == pytest.approx(100.0)

@@ -113,15 +113,55 @@ class HostProgram:
     def zeros(self) -> list[np.ndarray]:
         return [np.zeros([self.card[a] for a in c]) for c in self.loss_canon]
 
-    def marginals(self, theta: list[np.ndarray], total: float) -> list[np.ndarray]:
-        """The model's marginals (counts) on the loss cliques: HUGIN message passing (mbi's
-        ``message_passing_hugin``) over the junction tree, in log space."""
+    def _log_beliefs(self, theta: list[np.ndarray]) -> dict[tuple[str, ...], np.ndarray]:
+        """The potentials summed into the junction tree's cliques (mbi's ``expand``)."""
         beliefs = {}
         for node, parts in self.expand:
             b = np.zeros([self.card[a] for a in node])
             for k, link in parts:
                 b = b + theta[k].reshape(link.shape)
             beliefs[node] = b
+        return beliefs
+
+    def _contract(self, probs: dict, total: float) -> list[np.ndarray] | None:
+        """Each loss clique's marginal from its junction-tree clique's table, scaled to sum to
+        ``total``; ``None`` where a table has no finite positive mass."""
+        scale = {}
+        for node, p in probs.items():
+            z = float(p.sum())
+            if not (math.isfinite(z) and z > 0):
+                return None
+            scale[node] = total / z
+        return [(probs[node].sum(axis=link.axes) if link.axes else probs[node]) * scale[node]
+                for node, link in self.contract]  # fmt: skip
+
+    def marginals(self, theta: list[np.ndarray], total: float) -> list[np.ndarray]:
+        """The model's marginals (counts) on the loss cliques: HUGIN message passing (mbi's
+        ``message_passing_hugin``) over the junction tree. Each clique's table is exponentiated
+        once (less its maximum) and the messages are sums, rescaled to a maximum of 1; where
+        that leaves a clique without mass (potentials hundreds of nats apart), the same
+        passing in log space (:meth:`log_marginals`)."""
+        probs = {}
+        for node, b in self._log_beliefs(theta).items():
+            probs[node] = np.exp(b - b.max())
+        sent: dict[tuple, np.ndarray] = {}
+        for a, b, _sep, la, lb in self.messages:
+            msg = probs[a].sum(axis=la.axes) if la.axes else probs[a]
+            back = sent.get((b, a))
+            if back is not None:  # HUGIN: a's table holds b's message; divide it out
+                msg = np.divide(msg, back, out=np.zeros_like(msg), where=back > 0)
+            top = msg.max()
+            if not top > 0:
+                return self.log_marginals(theta, total)
+            msg = msg / top
+            sent[(a, b)] = msg
+            probs[b] = probs[b] * msg.reshape(lb.shape)
+        out = self._contract(probs, total)
+        return self.log_marginals(theta, total) if out is None else out
+
+    def log_marginals(self, theta: list[np.ndarray], total: float) -> list[np.ndarray]:
+        """:meth:`marginals` in log space throughout (mbi's own arithmetic)."""
+        beliefs = self._log_beliefs(theta)
         sent: dict[tuple, np.ndarray] = {}
         for a, b, _sep, la, lb in self.messages:
             tau = beliefs[a]
@@ -130,12 +170,11 @@ class HostProgram:
             msg = _logsumexp(tau, la.axes)
             sent[(a, b)] = msg
             beliefs[b] = beliefs[b] + msg.reshape(lb.shape)
-        log_total = math.log(total)
-        probs = {}
-        for node, b in beliefs.items():
-            probs[node] = np.exp(b - _logsumexp(b, tuple(range(b.ndim))) + log_total)
-        return [probs[node].sum(axis=link.axes) if link.axes else probs[node]
-                for node, link in self.contract]  # fmt: skip
+        probs = {node: np.exp(b - _logsumexp(b, tuple(range(b.ndim))))
+                 for node, b in beliefs.items()}  # fmt: skip
+        out = self._contract(probs, total)
+        assert out is not None  # normalised in log space: every clique sums to 1
+        return out
 
     def loss_and_grad(self, mu: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
         """mbi's ``_l2_loss`` (``sum 0.5 ||(Q mu - y) / sd||^2``) and its gradient in ``mu``."""
