@@ -315,18 +315,41 @@ def _quick_start_class() -> type:
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class QuickStartMirrorDescent(MirrorDescent):
-        """mbi's MirrorDescent with a host-built initial state and final model (module doc)."""
+        """mbi's MirrorDescent with a host-built initial state and final model, and the
+        marginals carried from step to step (module doc)."""
 
         def _init(self, domain, loss_fn, known_total, *, warm_start=None, constraints=()):
+            from dpql.synth.aim.hostfit import HostProgram
+
             potentials = expand_potentials(warm_start, domain, loss_fn.cliques)
-            oracle = self._oracle(loss_fn.cliques, domain, constraints=constraints)
-            # shapes only (a trace, no compile): the first step overwrites mu and the loss
-            mu = jax.eval_shape(oracle, potentials, known_total)
-            mu = jax.tree.map(lambda s: jnp.asarray(np.zeros(s.shape, s.dtype)), mu)
-            loss = jax.eval_shape(loss_fn, mu)
+            # the starting marginals by message passing on the host (no compile of the oracle)
+            program = HostProgram(domain, list(loss_fn.data))
+            mu = program.clique_vector(
+                program.marginals(program.to_host(potentials), float(known_total))
+            )
+            loss = jax.eval_shape(loss_fn, mu)  # shape only: every step computes its own
             alpha = 2.0 / (loss_fn.lipschitz * known_total)
             return MirrorDescentState(mu, potentials, alpha,
                                       jnp.asarray(np.zeros(loss.shape, loss.dtype)))  # fmt: skip
+
+        def _step(self, state, loss_fn, known_total, constraints=()):
+            """mbi's Armijo step, with ``state.mu`` the marginals of ``state.potentials``:
+            a taken step carries its trial marginals, a refused one keeps them, so each step
+            passes messages once (mbi's passes twice, the first recomputing ``state.mu``)."""
+            if self.stepsize is not None:
+                return super()._step(state, loss_fn, known_total, constraints)
+            oracle = self._oracle(loss_fn.cliques, state.potentials.domain,
+                                  constraints=constraints)  # fmt: skip
+            mu = state.mu
+            loss, grad = jax.value_and_grad(loss_fn)(mu)
+            theta2 = state.potentials - state.alpha * grad
+            mu2 = oracle(theta2, known_total)
+            loss2 = loss_fn(mu2)
+            ok = loss - loss2 >= 0.5 * state.alpha * grad.dot(mu - mu2)
+            alpha = jax.lax.select(ok, 1.01 * state.alpha, 0.5 * state.alpha)
+            potentials, mu = jax.lax.cond(ok, lambda: (theta2, mu2),
+                                          lambda: (state.potentials, mu))  # fmt: skip
+            return MirrorDescentState(mu, potentials, alpha, jax.lax.select(ok, loss2, loss))
 
         def _finalize(self, state, known_total, constraints=()):
             return MarkovRandomField(potentials=state.potentials, marginals=state.mu,

@@ -24,7 +24,7 @@ import numpy as np
 
 #: a fit runs on the host when its steps times its junction tree's cells are at most this: there
 #: the numpy steps take about as long as compiling mbi's program alone
-HOST_FIT_MAX_WORK = 60_000_000
+HOST_FIT_MAX_WORK = 100_000_000
 #: mbi's steps per compiled block (``mbi.estimation.CALLBACK_EVERY``): a fit of ``iters`` runs
 #: ``ceil(iters / BLOCK)`` blocks, here as there
 BLOCK = 50
@@ -196,17 +196,19 @@ class HostProgram:
         return out
 
     def run(self, theta: list[np.ndarray], total: float, steps: int) -> list[np.ndarray]:
-        """``steps`` of mbi's ``MirrorDescent._step`` (Armijo line search) from ``theta``."""
+        """``steps`` of mbi's ``MirrorDescent._step`` (Armijo line search) from ``theta``. A
+        step's marginals at its start are the previous step's trial marginals where that step
+        was taken, or its own starting ones where it was not: one message passing per step."""
         alpha = 2.0 / (self.lipschitz * total)
+        mu = self.marginals(theta, total)
         for _ in range(steps):
-            mu = self.marginals(theta, total)
             loss, grad = self.loss_and_grad(mu)
             theta2 = [t - alpha * g for t, g in zip(theta, grad, strict=True)]
             mu2 = self.marginals(theta2, total)
             loss2 = self.loss(mu2)
             gain = sum(float(np.vdot(g, m - m2)) for g, m, m2 in zip(grad, mu, mu2, strict=True))
             if loss - loss2 >= 0.5 * alpha * gain:
-                theta, alpha = theta2, 1.01 * alpha
+                theta, mu, alpha = theta2, mu2, 1.01 * alpha
             else:
                 alpha = 0.5 * alpha
         return theta
@@ -219,19 +221,25 @@ class HostProgram:
             out.append(np.transpose(v, [cl.index(a) for a in self.canon(cl)]))
         return out
 
-    def model(self, theta: list[np.ndarray], total: float):
-        """mbi's ``MarkovRandomField`` of ``theta`` (potentials in each clique's own order)."""
+    def clique_vector(self, tables: list[np.ndarray]):
+        """An mbi ``CliqueVector`` over the loss cliques from domain-order ``tables`` (each in
+        its clique's own order, JAX's default float)."""
         import jax.numpy as jnp
         from mbi import CliqueVector, Factor
-        from mbi.markov_random_field import MarkovRandomField
 
         dtype = jnp.result_type(float)
         factors = {}
-        for cl, c, v in zip(self.cliques, self.loss_canon, theta, strict=True):
+        for cl, c, v in zip(self.cliques, self.loss_canon, tables, strict=True):
             arr = np.transpose(v, [c.index(a) for a in cl])
             factors[cl] = Factor(self.domain.project(cl), jnp.asarray(arr.astype(dtype)))
-        potentials = CliqueVector(self.domain, list(self.cliques), factors)
-        return MarkovRandomField(potentials=potentials, marginals=None, total=float(total))
+        return CliqueVector(self.domain, list(self.cliques), factors)
+
+    def model(self, theta: list[np.ndarray], total: float):
+        """mbi's ``MarkovRandomField`` of ``theta`` (potentials in each clique's own order)."""
+        from mbi.markov_random_field import MarkovRandomField
+
+        return MarkovRandomField(potentials=self.clique_vector(theta), marginals=None,
+                                 total=float(total))  # fmt: skip
 
 
 def steps(iters: int) -> int:
