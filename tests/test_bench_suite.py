@@ -106,3 +106,18 @@ def test_runner_mst_and_aim_on_a_small_generated_table(suite, tmp_path):
                             in_process=True)  # fmt: skip
         assert rec["status"] == "ok", rec
         assert rec["rho_spent"] <= rec["rho_budget"] and 0.0 <= rec["tvd_mean"] <= 1.0
+
+
+@pytest.mark.slow
+def test_spawned_workers_get_a_fresh_jax_cache_and_leave_none(suite, tmp_path, monkeypatch):
+    """Each synthesis runs in its own process with a cold JAX cache: a fresh folder in its
+    output folder, removed afterwards; the record says so."""
+    table, data, evaluator = small_table(suite, tmp_path)
+    monkeypatch.setenv("DPQL_NO_JAX_CACHE", "1")  # the harness's cold cache wins over it
+    settings = suite.settings_of(suite.parse(["--quick"]))
+    rec = suite.run_one(table, data, 1.0, "independent", 0, tmp_path, settings, evaluator,
+                        timeout=300)  # fmt: skip
+    assert rec["status"] == "ok", rec
+    assert rec["jax_cache"] == "cold"
+    out_dir = tmp_path / "runs" / table.name
+    assert out_dir.is_dir() and not list(out_dir.glob("jax-cache-*"))

@@ -115,9 +115,21 @@ def test_aim_plan_lines_are_the_ledger_events_of_a_run(tmp_path):
     # the table is complete: the noise shows no column's null share, so none is fitted
     assert synthesizer["fitted_without_null_cell"] == ["a", "age", "b", "c"]
     assert not synth.isna().any().any()
+    assert synthesizer["fits"] == ["host", "host"]  # the forest's model is closed-form
     from dpql.cli import main
 
     assert main(["verify", str(res.record_path), "--synthetic", str(res.table_path)]) == 0
+
+
+@pytest.mark.slow
+def test_fits_above_the_host_bound_run_mbis_compiled_program(tmp_path, monkeypatch):
+    from dpql.pipeline import compile_release
+    from dpql.synth.aim import hostfit
+
+    monkeypatch.setattr(hostfit, "HOST_FIT_MAX_WORK", 0)
+    res = compile_release(_spec(tmp_path, AIM_SMALL), seed=0)
+    assert res.record["synthesizer"]["fits"] == ["xla", "xla"]
+    assert len(pd.read_csv(res.table_path)) == 600
 
 
 @pytest.mark.slow
@@ -480,7 +492,8 @@ def test_a_rounds_picks_together_keep_the_model_within_the_cap():
     from mbi import Domain
 
     from dpql.ir.queries import Marginal
-    from dpql.synth.aim.graphical import IndependentModel, junction_cells
+    from dpql.synth.aim.graphical import IndependentModel
+    from dpql.synth.aim.junction import junction_cells
     from dpql.synth.aim.program import FitDomain, _pick_round
 
     cols = tuple("abcdef")

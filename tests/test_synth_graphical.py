@@ -231,7 +231,7 @@ def test_greedy_order_is_mbis():
 
     from mbi import Domain, junction_tree
 
-    from dpql.synth.aim.graphical import greedy_order
+    from dpql.synth.aim.junction import greedy_order
 
     rng = random.Random(0)
     for _ in range(200):
@@ -255,7 +255,7 @@ def test_junction_cells_is_mbis_model_size():
 
     from mbi import Domain, junction_tree
 
-    from dpql.synth.aim.graphical import junction_cells
+    from dpql.synth.aim.junction import junction_cells
 
     rng = random.Random(0)
     for trial in range(300):

@@ -2,7 +2,8 @@
 
 For every table of ``tables.py``, every epsilon (delta = 1/n^2) and every run, the methods run
 side by side, each in its own Python process (so wall time includes imports and JAX
-compilation, and peak RSS is that method's alone):
+compilation, and peak RSS is that method's alone), with a cold JAX cache (dpql's persistent
+cache in a fresh empty folder per synthesis; the peers' turned off):
 
 * ``dpql-auto``: ``dpql.compile`` (the public API) on a per-epsilon copy of the table's spec
   (``specs/``) with ``method: auto`` (dpql's default synthesizer) and its default options:
@@ -36,8 +37,10 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -315,7 +318,11 @@ def spawn(job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
     out_file.unlink(missing_ok=True)
     job_file.write_text(json.dumps(job))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", str(job_file)]
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    # a cold JAX cache for every synthesis: dpql's own persistent cache in a fresh, empty
+    # folder (its writes count, its reads find nothing), as the peers run with none
+    cache = tempfile.mkdtemp(prefix="jax-cache-", dir=job["out_dir"])
+    env = dict(os.environ, PYTHONWARNINGS="ignore", DPQL_JAX_CACHE_DIR=cache)
+    env.pop("DPQL_NO_JAX_CACHE", None)
     t = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -323,11 +330,14 @@ def spawn(job: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:g} s", "process_wall_s": timeout}
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - t
     if proc.returncode != 0 or not out_file.exists():
         return {"error": f"worker exited with {proc.returncode}", "process_wall_s": wall}
     info = json.loads(out_file.read_text())
     info["process_wall_s"] = wall
+    info["jax_cache"] = "cold"
     return info
 
 

@@ -27,11 +27,15 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   the fits (model cells times mirror-descent steps, :func:`~dpql.synth.aim.plan.work_model_cap`):
   where n is large, noise no longer limits the cliques worth measuring, and without it the
   selection fills the machine's cap with cliques whose fits take minutes.
-* **Warm starts, one compile per fit.** Each round's estimate starts from the last (``iters``
-  mirror-descent steps), the final one runs ``final_iters``. Everything around mbi's fused
-  mirror-descent program (initial state, warm-start expansion, model marginals, row sampling)
-  runs in numpy (:mod:`dpql.synth.aim.graphical`), since mbi would compile each of those small eager
-  operations anew for every clique structure.
+* **Warm starts; small fits without a compile.** Each round's estimate starts from the last
+  (``iters`` mirror-descent steps), the final one runs ``final_iters``. A fit whose steps times
+  junction-tree cells are small runs mbi's mirror descent in numpy
+  (:mod:`dpql.synth.aim.hostfit`, the same steps in float64), since compiling mbi's fused
+  program for its clique structure would cost more than running it; larger fits run mbi's
+  compiled program (the record's ``fits`` says which ran where). Everything around it
+  (initial state, warm-start expansion, model marginals, row sampling, the model-size filter)
+  runs in numpy (:mod:`dpql.synth.aim.graphical`), since mbi would compile each of those small
+  eager operations anew for every clique structure.
 * **Balanced rows.** The rows sampled from the final model are rearranged by value swaps within
   columns until their marginals on the workload (the maximal candidates) are close to the
   model's expected counts (``balance_sweeps`` passes, ``dpql.synth.aim.graphical.balance_rows``),
@@ -44,7 +48,8 @@ moments) are left to post-processing.
 
 * :mod:`~dpql.synth.aim.plan`: the fixed schedule, its budget lines and cost (imports neither
   mbi nor JAX);
-* :mod:`~dpql.synth.aim.program`: the run (mbi, JAX), with :mod:`~dpql.synth.aim.graphical`.
+* :mod:`~dpql.synth.aim.program`: the run (mbi, JAX), with :mod:`~dpql.synth.aim.graphical`
+  and :mod:`~dpql.synth.aim.hostfit`.
 """
 
 from __future__ import annotations

@@ -30,12 +30,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import operator
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
 import numpy as np
+
+from dpql.synth.aim.junction import greedy_order
 
 #: What ``import mbi`` warns about JAX's configuration (float32, the persistent compilation
 #: cache): advice for mbi's own experiment sweeps, about settings dpql chooses on purpose.
@@ -195,100 +196,6 @@ def model_marginals(model, cls: Sequence[tuple[str, ...]]) -> list[np.ndarray]:
     return out_all
 
 
-def greedy_order(card: dict[str, int], scopes: Sequence[tuple[str, ...]],
-                 elim: Sequence[str]) -> list[str]:  # fmt: skip
-    """mbi's ``junction_tree.greedy_order`` (deterministic): repeatedly eliminate the attribute of
-    ``elim`` whose neighbouring scopes' union has the fewest cells (ties: the earlier in
-    ``elim``), merging those scopes less it. The same order, on bit masks: variable
-    elimination asks for one per marginal, and mbi's builds a ``Domain`` per candidate."""
-    names = list(card)
-    bit = {a: 1 << i for i, a in enumerate(names)}
-    masks = {functools.reduce(operator.or_, (bit[a] for a in sc), 0) for sc in scopes}
-    sizes: dict[int, int] = {}
-
-    def size(mask: int) -> int:
-        if mask not in sizes:
-            sizes[mask] = math.prod(card[a] for a in names if mask & bit[a])
-        return sizes[mask]
-
-    order, left = [], list(elim)
-    while left:
-        unions = {}
-        for a in left:
-            unions[a] = functools.reduce(operator.or_, (m for m in masks if m & bit[a]), 0)
-        a = min(left, key=lambda x: size(unions[x]))
-        order.append(a)
-        left.remove(a)
-        masks = {m for m in masks if not m & bit[a]} | {unions[a] & ~bit[a]}
-    return order
-
-
-def junction_cells(
-    card: dict[str, int], cliques: Sequence[tuple[str, ...]]
-) -> tuple[int, list[int]]:
-    """The cells of the junction tree mbi builds for ``cliques`` over the attributes of
-    ``card``, and its maximal cliques as bit masks over ``card``'s order: mbi's
-    ``junction_tree.hypothetical_model_size`` (MB = cells x 8 / 2^20) on bit masks, for the
-    model-size filter that asks it for every candidate at every pick.
-
-    mbi triangulates with no fill where the cliques' graph is a tree, else in the greedy order
-    of :func:`greedy_order` (on the graph: the attribute whose neighbourhood, itself included,
-    has the fewest cells; ties to the earlier); the maximal cliques of the triangulated graph
-    are the maximal elimination cliques."""
-    names = list(card)
-    d = len(names)
-    cards = [card[a] for a in names]
-    index = {a: i for i, a in enumerate(names)}
-    adj = [0] * d
-    for cl in cliques:
-        mask = 0
-        for a in cl:
-            mask |= 1 << index[a]
-        for a in cl:
-            adj[index[a]] |= mask
-    adj = [m & ~(1 << i) for i, m in enumerate(adj)]
-    sizes: dict[int, int] = {}
-
-    def size(mask: int) -> int:
-        if mask not in sizes:
-            out, i = 1, 0
-            while mask >> i:
-                if mask >> i & 1:
-                    out *= cards[i]
-                i += 1
-            sizes[mask] = out
-        return sizes[mask]
-
-    edges = sum(m.bit_count() for m in adj) // 2
-    if edges and edges == d - 1 and _connected(adj):
-        elim = [(1 << i) | (1 << j) for i in range(d) for j in range(i + 1, d) if adj[i] >> j & 1]
-    else:
-        elim, left = [], list(range(d))
-        while left:
-            i = min(left, key=lambda k: size(adj[k] | 1 << k))
-            left.remove(i)
-            nb, bit = adj[i], 1 << i
-            elim.append(nb | bit)
-            for j in left:
-                if nb >> j & 1:
-                    adj[j] = (adj[j] | nb) & ~bit & ~(1 << j)
-    top = [m for m in set(elim) if not any(m != o and m & o == m for o in elim)]
-    return sum(size(m) for m in top), top
-
-
-def _connected(adj: Sequence[int]) -> bool:
-    """Whether the graph of the adjacency bit masks ``adj`` is connected."""
-    seen, frontier = 1, 1
-    while frontier:
-        reach = 0
-        for i, m in enumerate(adj):
-            if frontier >> i & 1:
-                reach |= m
-        frontier = reach & ~seen
-        seen |= reach
-    return seen == (1 << len(adj)) - 1
-
-
 def _aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
     """``arr`` over ``attrs`` as a broadcastable array over ``union`` (size-1 axes elsewhere)."""
     ours = [a for a in union if a in attrs]
@@ -336,18 +243,41 @@ def _quick_start_class() -> type:
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class QuickStartMirrorDescent(MirrorDescent):
-        """mbi's MirrorDescent with a host-built initial state and final model (module doc)."""
+        """mbi's MirrorDescent with a host-built initial state and final model, and the
+        marginals carried from step to step (module doc)."""
 
         def _init(self, domain, loss_fn, known_total, *, warm_start=None, constraints=()):
+            from dpql.synth.aim.hostfit import HostProgram
+
             potentials = expand_potentials(warm_start, domain, loss_fn.cliques)
-            oracle = self._oracle(loss_fn.cliques, domain, constraints=constraints)
-            # shapes only (a trace, no compile): the first step overwrites mu and the loss
-            mu = jax.eval_shape(oracle, potentials, known_total)
-            mu = jax.tree.map(lambda s: jnp.asarray(np.zeros(s.shape, s.dtype)), mu)
-            loss = jax.eval_shape(loss_fn, mu)
+            # the starting marginals by message passing on the host (no compile of the oracle)
+            program = HostProgram(domain, list(loss_fn.data))
+            mu = program.clique_vector(
+                program.marginals(program.to_host(potentials), float(known_total))
+            )
+            loss = jax.eval_shape(loss_fn, mu)  # shape only: every step computes its own
             alpha = 2.0 / (loss_fn.lipschitz * known_total)
             return MirrorDescentState(mu, potentials, alpha,
                                       jnp.asarray(np.zeros(loss.shape, loss.dtype)))  # fmt: skip
+
+        def _step(self, state, loss_fn, known_total, constraints=()):
+            """mbi's Armijo step, with ``state.mu`` the marginals of ``state.potentials``:
+            a taken step carries its trial marginals, a refused one keeps them, so each step
+            passes messages once (mbi's passes twice, the first recomputing ``state.mu``)."""
+            if self.stepsize is not None:
+                return super()._step(state, loss_fn, known_total, constraints)
+            oracle = self._oracle(loss_fn.cliques, state.potentials.domain,
+                                  constraints=constraints)  # fmt: skip
+            mu = state.mu
+            loss, grad = jax.value_and_grad(loss_fn)(mu)
+            theta2 = state.potentials - state.alpha * grad
+            mu2 = oracle(theta2, known_total)
+            loss2 = loss_fn(mu2)
+            ok = loss - loss2 >= 0.5 * state.alpha * grad.dot(mu - mu2)
+            alpha = jax.lax.select(ok, 1.01 * state.alpha, 0.5 * state.alpha)
+            potentials, mu = jax.lax.cond(ok, lambda: (theta2, mu2),
+                                          lambda: (state.potentials, mu))  # fmt: skip
+            return MirrorDescentState(mu, potentials, alpha, jax.lax.select(ok, loss2, loss))
 
         def _finalize(self, state, known_total, constraints=()):
             return MarkovRandomField(potentials=state.potentials, marginals=state.mu,

@@ -111,7 +111,8 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     """An adaptive round's ``s.k()`` picks, one at a time, among the candidates that the
     round's noise would not swamp and that keep the model, with the round's earlier picks,
     within ``limit`` MB (where none does, those that grow it least)."""
-    from dpql.synth.aim.graphical import junction_cells, model_marginals
+    from dpql.synth.aim.graphical import model_marginals
+    from dpql.synth.aim.junction import junction_cells
 
     n = s.n
     cells = fit.cells
@@ -168,6 +169,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         sample_rows,
         tree_model,
     )
+    from dpql.synth.aim.hostfit import HostProgram, fits_on_host, host_estimate
     from dpql.synth.jax_cache import enable_compilation_cache
 
     enable_compilation_cache()
@@ -176,7 +178,14 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     n = s.n
     dom = ctx.spec.domain
 
+    engines: list[str] = []
+
     def estimate(meas, iters, warm=None):
+        program = HostProgram(mdom, meas)
+        if fits_on_host(program, iters):
+            engines.append("host")
+            return host_estimate(program, float(n), iters, warm)
+        engines.append("xla")
         return quick_start_mirror_descent().estimate(
             mdom, meas, known_total=float(n), iters=iters, warm_start=warm
         )
@@ -257,5 +266,6 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         "fitted_without_null_cell": sorted(fit.closed),
         "picks_per_round": [s.picks(i) for i in range(len(s.rounds))],
         "model_cliques": [list(c) for c in model.cliques],
+        "fits": engines,
     }
     return SynthResult(table, info, tuple(measured))
