@@ -52,6 +52,23 @@ def test_every_spec_plans_without_data(suite):
         assert len(plan.queries) == d * (d - 1) * (d - 2) // 6, table.name
 
 
+def test_the_survey_specs_hold_every_answer(suite, tmp_path):
+    """anes96's documented codes and public bounds hold the whole table: it loads as a public
+    table (strict: a value out of bounds or an undeclared category is an error) under both
+    resolutions, and the derived logpopul is left out."""
+    pytest.importorskip("statsmodels")
+    from dpql.data.load import load_public_table
+    from dpql.spec.load import load_spec
+
+    for name in ("anes96", "anes96c"):
+        table = suite.suite_tables.TABLES[name]
+        data = table.data_path(tmp_path)
+        spec = load_spec(table.spec)
+        encoded = load_public_table(data, spec.domain).table
+        assert encoded.n == table.rows == 944, name
+        assert "logpopul" not in data.read_text().splitlines()[0].split(",")
+
+
 def small_table(suite, tmp_path: Path):
     """A 400-row table from the suite's Bayesian network, its data file and an evaluator."""
     tables = suite.suite_tables

@@ -24,7 +24,7 @@ codec with the spec's rules. Every (table, epsilon, method, run) is appended to
 ``results.json`` as soon as it finishes, and a rerun skips what is there (``--redo`` forces).
 ``python benchmarks/report.py`` turns ``results.json`` into ``benchmarks/RESULTS.md``.
 
-    python benchmarks/suite/run.py                       # everything: 7 tables x 3 eps x 3 runs
+    python benchmarks/suite/run.py                       # everything: every table x 3 eps x 3 runs
     python benchmarks/suite/run.py --tables fair bn1k --epsilons 1 --runs 1
     python benchmarks/suite/run.py --quick               # minutes; results under work/quick/
 """

