@@ -12,7 +12,7 @@ Gumbel top-k, dpql's ledger), with these deliberate differences from the referen
   and one discrete Gaussian release of the chosen marginals. Options left unset follow a public
   rule from n, the budget and the domain (:func:`default_schedule`): small or low-budget tables
   put more on the 1-way marginals and select fewer marginals; at most 4 rounds, since each
-  re-fit of a new clique structure costs seconds of XLA compilation.
+  re-fit of a large new clique structure costs seconds of XLA compilation.
 * **Diverse picks.** The picks of one round share no column pair (each selection is among the
   candidates that share none with the round's earlier picks), so a round's single re-fit learns
   as much as several one-marginal rounds would, at the compile cost of one (the comparison

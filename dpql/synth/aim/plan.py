@@ -62,8 +62,9 @@ NOISE_L1_LIMIT = 1.0
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
-#: at most this many adaptive rounds by default: each round re-fits the model, and each fit of a
-#: new clique structure costs mbi seconds of XLA compilation on a small machine
+#: at most this many adaptive rounds by default: each round re-fits the model, and a fit of a new
+#: clique structure costs a compile of mbi's program where it is too large for the host
+#: (:data:`dpql.synth.aim.hostfit.HOST_FIT_MAX_WORK`), seconds on a small machine
 MAX_DEFAULT_ROUNDS = 4
 #: default init share is chosen so that the 1-way release's expected L1 noise per column is at
 #: most this (TVD 0.025), within [INIT_SHARE_MIN, INIT_SHARE_MAX]
