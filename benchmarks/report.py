@@ -321,8 +321,8 @@ QUESTIONS: tuple[Question, ...] = (
         "How close are dpql's releases to the real table, against MST, AIM and independent "
         "columns, across tables and epsilons?",
         "suite/run.py", "suite/results.json",
-        "python benchmarks/suite/run.py --tables adult compas fair randhie bn1k bn30k "
-        "--epsilons 0.3 1 3 --methods dpql-auto mst aim --runs 3 --missing drop",
+        "python benchmarks/suite/run.py --tables adult compas fair randhie bn1k bn30k anes96 "
+        "anes96c --epsilons 0.3 1 3 --methods dpql-auto mst aim --runs 3 --missing drop",
         render_suite,
     ),
     Question(
