@@ -274,3 +274,54 @@ def test_junction_cells_is_mbis_model_size():
         for cl in cliques:
             mask = sum(1 << names.index(c) for c in cl)
             assert any(mask & t == mask for t in top)
+
+
+def _x64_mirror_descent(meas, iters, warm=None):
+    import jax
+
+    with jax.enable_x64(True):
+        model = MirrorDescent().estimate(DOM, meas, known_total=2000.0, iters=iters,
+                                         warm_start=warm)  # fmt: skip
+        return [np.asarray(model_marginal(model, m.clique)) for m in meas], model
+
+
+@pytest.mark.parametrize(
+    "cliques",
+    [
+        [("a",), ("b",), ("c",), ("d",), ("a", "b")],
+        [("a",), ("d",), ("b", "a"), ("c", "b"), ("a", "c"), ("d", "c", "b")],  # loopy, 3-way
+    ],
+)
+def test_host_estimate_is_mbis_mirror_descent(cliques):
+    """The host fit runs mbi's steps (Armijo mirror descent, HUGIN marginals, the same
+    parameterisation): against mbi in float64 from the same start, and warm-started from an
+    earlier fit, the marginals agree; the fit also lowers the loss from its start."""
+    from dpql.synth.aim.hostfit import HostProgram, host_estimate, steps
+
+    meas = _measurements(3, cliques)
+    ref, ref_model = _x64_mirror_descent(meas, 120)
+    program = HostProgram(DOM, meas)
+    assert steps(120) == 150
+    ours = host_estimate(program, 2000.0, 120)
+    for m, r in zip(meas, ref, strict=True):
+        np.testing.assert_allclose(model_marginal(ours, m.clique), r, rtol=1e-6, atol=1e-6)
+    assert [tuple(c) for c in ours.cliques] == [tuple(c) for c in ref_model.cliques]
+    start = program.loss(program.marginals(program.zeros(), 2000.0))
+    assert program.loss(program.marginals(program.to_host(ours.potentials), 2000.0)) < start
+    # warm start: more measurements, from the first fit (mbi's expand, then the same steps)
+    more = meas + _measurements(4, [("b", "d")])
+    ref2, _ = _x64_mirror_descent(more, 60, warm=ref_model)
+    ours2 = host_estimate(HostProgram(DOM, more), 2000.0, 60, warm=ours)
+    for m, r in zip(more, ref2, strict=True):
+        np.testing.assert_allclose(model_marginal(ours2, m.clique), r, rtol=1e-5, atol=1e-4)
+
+
+def test_fits_run_on_the_host_only_below_the_work_bound():
+    from dpql.synth.aim import hostfit
+
+    program = hostfit.HostProgram(DOM, _measurements(0, [("a", "b"), ("c", "d")]))
+    assert program.cells == 3 * 4 + 2 * 5
+    assert hostfit.fits_on_host(program, 1000)
+    limit = hostfit.HOST_FIT_MAX_WORK // program.cells
+    assert hostfit.fits_on_host(program, limit - hostfit.BLOCK)
+    assert not hostfit.fits_on_host(program, limit + hostfit.BLOCK)
