@@ -325,3 +325,24 @@ def test_fits_run_on_the_host_only_below_the_work_bound():
     limit = hostfit.HOST_FIT_MAX_WORK // program.cells
     assert hostfit.fits_on_host(program, limit - hostfit.BLOCK)
     assert not hostfit.fits_on_host(program, limit + hostfit.BLOCK)
+
+
+def test_host_sums_and_spreads_are_numpys():
+    """The host fit's matrix-product sums and broadcasts (``hostfit._Sum``, ``_Spread``) equal
+    numpy's ``sum`` and broadcasting on random shapes and axis subsets (size-1 axes, all or
+    no axes summed included)."""
+    from dpql.synth.aim.hostfit import _Spread, _Sum
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        shape = [int(n) for n in rng.choice([1, 2, 3, 5, 9, 16], size=rng.integers(1, 6))]
+        keep = [bool(k) for k in rng.random(len(shape)) < 0.5]
+        axes = tuple(i for i, k in enumerate(keep) if not k)
+        x = rng.random(shape)
+        np.testing.assert_allclose(_Sum(shape, keep, x.dtype)(x), x.sum(axis=axes), rtol=1e-12)
+        sub = rng.random([n for n, k in zip(shape, keep, strict=True) if k])
+        spread = _Spread(shape, keep, x.dtype)
+        bshape = [n if k else 1 for n, k in zip(shape, keep, strict=True)]
+        want = x * sub.reshape(bshape)
+        got = (x.reshape(spread.shape) * spread(sub)).reshape(shape)
+        np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -38,36 +38,117 @@ def _logsumexp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return np.log(np.exp(x - m).sum(axis=axes)) + np.squeeze(m, axis=axes)
 
 
+def _runs(shape: Sequence[int], keep: Sequence[bool]) -> list[list]:
+    """``shape``'s axes merged into runs of neighbours alike in ``keep`` (axes of size 1 left
+    out): ``[size, kept]`` each, in order."""
+    out: list[list] = []
+    for n, k in zip(shape, keep, strict=True):
+        if n == 1:
+            continue
+        if out and out[-1][1] == k:
+            out[-1][0] *= n
+        else:
+            out.append([n, k])
+    return out
+
+
+class _Sum:
+    """An array over ``shape`` (C order) summed over the axes ``keep`` leaves out, as matrix
+    products over reshaped views, one run of summed axes at a time (largest first, which
+    shrinks the rest most). numpy's own reductions and broadcasts crawl where a run of kept
+    or summed axes is short (an inner loop of two or three elements); BLAS does not."""
+
+    def __init__(self, shape: Sequence[int], keep: Sequence[bool], dtype) -> None:
+        runs = _runs(shape, keep)
+        self.out_shape = tuple(n for n, k in zip(shape, keep, strict=True) if k)
+        self.steps: list[tuple[str, tuple[int, ...], np.ndarray]] = []
+        while any(not k for _, k in runs):
+            i = max((i for i, (_, k) in enumerate(runs) if not k), key=lambda i: runs[i][0])
+            pre = math.prod(n for n, _ in runs[:i])
+            r, post = runs[i][0], math.prod(n for n, _ in runs[i + 1 :])
+            if post == 1:
+                self.steps.append(("right", (pre, r), np.ones(r, dtype)))
+            elif pre == 1 or post > 8:
+                self.steps.append(("left", (pre, r, post), np.ones(r, dtype)))
+            else:  # a short kept run after: one product with stacked identities
+                eye = np.tile(np.eye(post, dtype=dtype), (r, 1))
+                self.steps.append(("right", (pre, r * post), eye))
+            del runs[i]
+            if 0 < i < len(runs) and runs[i - 1][1] == runs[i][1]:
+                runs[i - 1][0] *= runs.pop(i)[0]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        for side, shape, op in self.steps:
+            x = x.reshape(shape) @ op if side == "right" else np.matmul(op, x.reshape(shape))
+        return x.reshape(self.out_shape)
+
+
+class _Spread:
+    """A table over ``keep``'s axes of ``shape`` made into an array that broadcasts against one
+    over ``shape`` (reshaped to :attr:`shape`) with the broadcast axes only where numpy's
+    broadcasting is fast: the short runs it crawls over are written out by matrix products
+    (the transpose of :class:`_Sum`'s)."""
+
+    def __init__(self, shape: Sequence[int], keep: Sequence[bool], dtype) -> None:
+        runs = _runs(shape, keep)
+        self.shape = tuple(n for n, _ in runs) or (1,)
+        self.steps: list[tuple[tuple[int, int], np.ndarray]] = []
+        now = [n if k else 1 for n, k in runs]  # the spread table's shape so far
+        for i in range(len(runs) - 1, 0, -1):  # a leading broadcast run is fast as it is
+            b, kept = runs[i]
+            post = math.prod(now[i + 1 :])
+            if kept or post > 8:
+                continue
+            self.steps.append(((math.prod(now[:i]), post),
+                               np.tile(np.eye(post, dtype=dtype), (1, b))))  # fmt: skip
+            now[i] = b
+        self.spread_shape = tuple(now) or (1,)
+
+    def __call__(self, m: np.ndarray) -> np.ndarray:
+        for shape, op in self.steps:
+            m = m.reshape(shape) @ op
+        return m.reshape(self.spread_shape)
+
+
 @dataclass(frozen=True)
 class _Link:
     """How an array over ``sub`` (domain order) relates to one over ``sup`` (domain order):
-    the axes of ``sup`` to sum out, and the shape that broadcasts ``sub`` into ``sup``."""
+    the axes of ``sup`` to sum out, the shape that broadcasts ``sub`` into ``sup``, and the
+    fast forms of both (:class:`_Sum`, :class:`_Spread`)."""
 
     axes: tuple[int, ...]
     shape: tuple[int, ...]
+    sum: _Sum
+    spread: _Spread
 
 
-def _link(sub: tuple[str, ...], sup: tuple[str, ...], card: dict[str, int]) -> _Link:
-    keep = set(sub)
-    return _Link(tuple(k for k, a in enumerate(sup) if a not in keep),
-                 tuple(card[a] if a in keep else 1 for a in sup))  # fmt: skip
+def _link(sub: tuple[str, ...], sup: tuple[str, ...], card: dict[str, int], dtype) -> _Link:
+    keep = [a in set(sub) for a in sup]
+    full = [card[a] for a in sup]
+    return _Link(tuple(k for k, a in enumerate(keep) if not a),
+                 tuple(n if a else 1 for n, a in zip(full, keep, strict=True)),
+                 _Sum(full, keep, dtype), _Spread(full, keep, dtype))  # fmt: skip
 
 
 class HostProgram:
     """One clique structure's mirror descent (see the module doc): built once per fit."""
 
-    def __init__(self, domain, measurements: Sequence) -> None:
+    def __init__(self, domain, measurements: Sequence, dtype=np.float64) -> None:
         from mbi import junction_tree
         from mbi.clique_utils import maximal_subset, reverse_clique_mapping
         from mbi.marginal_loss import calculate_l2_lipschitz_from_metadata
 
         self.domain = domain
+        self.dtype = np.dtype(dtype)
         attrs = list(domain.attributes)
         self.card = card = dict(zip(attrs, domain.shape, strict=True))
         pos = {a: i for i, a in enumerate(attrs)}
 
         def canon(cl: Sequence[str]) -> tuple[str, ...]:
             return tuple(sorted(cl, key=pos.__getitem__))
+
+        def link(sub: Sequence[str], sup: tuple[str, ...]) -> _Link:
+            return _link(canon(sub), sup, card, self.dtype)
 
         self.canon = canon
         self.cliques = [tuple(c) for c in maximal_subset([m.clique for m in measurements])]
@@ -80,14 +161,14 @@ class HostProgram:
         self.cells = sum(math.prod(card[a] for a in c) for c in self.nodes)
         # potentials (on the loss cliques) into the smallest supporting junction-tree clique
         expand = reverse_clique_mapping(maximal, self.cliques, domain=domain)
-        self.expand = [(node_of[m], [(self.cliques.index(tuple(c)),
-                                      _link(canon(c), node_of[m], card)) for c in cls])
+        self.expand = [(node_of[m], [(self.cliques.index(tuple(c)), link(c, node_of[m]))
+                                     for c in cls])
                        for m, cls in expand.items()]  # fmt: skip
         self.messages = []
         for i, j in junction_tree.message_passing_order(jtree):
             a, b = node_of[i], node_of[j]
             sep = canon(set(a) & set(b))
-            self.messages.append((a, b, sep, _link(sep, a, card), _link(sep, b, card)))
+            self.messages.append((a, b, sep, link(sep, a), link(sep, b)))
 
         def smallest(cl: tuple[str, ...], among: Sequence[tuple[str, ...]]) -> tuple[str, ...]:
             return min((c for c in among if set(cl) <= set(c)),
@@ -97,29 +178,35 @@ class HostProgram:
         self.contract = []
         for cl in self.cliques:
             node = smallest(cl, self.nodes)
-            self.contract.append((node, _link(canon(cl), node, card)))
+            self.contract.append((node, link(cl, node)))
         # each measurement reads (and sends its gradient to) its smallest loss clique
         loss_canon = [canon(c) for c in self.cliques]
         self.terms = []
         for m in measurements:
             cl = tuple(m.clique)
             k = loss_canon.index(smallest(canon(cl), loss_canon))
-            y = np.asarray(m.noisy_measurement, dtype=np.float64).reshape([card[a] for a in cl])
+            y = np.asarray(m.noisy_measurement, dtype=self.dtype).reshape([card[a] for a in cl])
             y = np.transpose(y, [cl.index(a) for a in canon(cl)])
             sd = max(float(m.stddev), 1e-12)
-            self.terms.append((k, _link(canon(cl), loss_canon[k], card), y, sd))
+            self.terms.append((k, _link(canon(cl), loss_canon[k], card, self.dtype), y, sd))
         self.loss_canon = loss_canon
+        # each clique's table, rewritten in place by every message passing
+        self._tables = {node: np.empty([card[a] for a in node], self.dtype) for node in self.nodes}
 
     def zeros(self) -> list[np.ndarray]:
-        return [np.zeros([self.card[a] for a in c]) for c in self.loss_canon]
+        return [np.zeros([self.card[a] for a in c], self.dtype) for c in self.loss_canon]
 
-    def _log_beliefs(self, theta: list[np.ndarray]) -> dict[tuple[str, ...], np.ndarray]:
-        """The potentials summed into the junction tree's cliques (mbi's ``expand``)."""
+    def _log_beliefs(self, theta: list[np.ndarray], out: dict | None = None) -> dict:
+        """The potentials summed into the junction tree's cliques (mbi's ``expand``), into
+        ``out``'s tables where given, else new ones."""
         beliefs = {}
         for node, parts in self.expand:
-            b = np.zeros([self.card[a] for a in node])
+            b = np.zeros([self.card[a] for a in node], self.dtype) if out is None else out[node]
+            if out is not None:
+                b.fill(0.0)
             for k, link in parts:
-                b = b + theta[k].reshape(link.shape)
+                view = b.reshape(link.spread.shape)
+                np.add(view, link.spread(theta[k]), out=view)
             beliefs[node] = b
         return beliefs
 
@@ -132,8 +219,7 @@ class HostProgram:
             if not (math.isfinite(z) and z > 0):
                 return None
             scale[node] = total / z
-        return [(probs[node].sum(axis=link.axes) if link.axes else probs[node]) * scale[node]
-                for node, link in self.contract]  # fmt: skip
+        return [link.sum(probs[node]) * scale[node] for node, link in self.contract]
 
     def marginals(self, theta: list[np.ndarray], total: float) -> list[np.ndarray]:
         """The model's marginals (counts) on the loss cliques: HUGIN message passing (mbi's
@@ -141,12 +227,13 @@ class HostProgram:
         once (less its maximum) and the messages are sums, rescaled to a maximum of 1; where
         that leaves a clique without mass (potentials hundreds of nats apart), the same
         passing in log space (:meth:`log_marginals`)."""
-        probs = {}
-        for node, b in self._log_beliefs(theta).items():
-            probs[node] = np.exp(b - b.max())
+        probs = self._log_beliefs(theta, self._tables)
+        for b in probs.values():
+            np.subtract(b, b.max(), out=b)
+            np.exp(b, out=b)
         sent: dict[tuple, np.ndarray] = {}
         for a, b, _sep, la, lb in self.messages:
-            msg = probs[a].sum(axis=la.axes) if la.axes else probs[a]
+            msg = la.sum(probs[a])
             back = sent.get((b, a))
             if back is not None:  # HUGIN: a's table holds b's message; divide it out
                 msg = np.divide(msg, back, out=np.zeros_like(msg), where=back > 0)
@@ -155,7 +242,8 @@ class HostProgram:
                 return self.log_marginals(theta, total)
             msg = msg / top
             sent[(a, b)] = msg
-            probs[b] = probs[b] * msg.reshape(lb.shape)
+            view = probs[b].reshape(lb.spread.shape)
+            np.multiply(view, lb.spread(msg), out=view)
         out = self._contract(probs, total)
         return self.log_marginals(theta, total) if out is None else out
 
@@ -181,17 +269,16 @@ class HostProgram:
         loss = 0.0
         grad = [np.zeros_like(m) for m in mu]
         for k, link, y, sd in self.terms:
-            m = mu[k].sum(axis=link.axes) if link.axes else mu[k]
+            m = link.sum(mu[k])
             diff = (m - y) / sd
             loss += 0.5 * float(np.vdot(diff, diff))
-            grad[k] = grad[k] + (diff / sd).reshape(link.shape)
+            grad[k] += (diff / sd).reshape(link.shape)
         return loss, grad
 
     def loss(self, mu: list[np.ndarray]) -> float:
         out = 0.0
         for k, link, y, sd in self.terms:
-            m = mu[k].sum(axis=link.axes) if link.axes else mu[k]
-            diff = (m - y) / sd
+            diff = (link.sum(mu[k]) - y) / sd
             out += 0.5 * float(np.vdot(diff, diff))
         return out
 
@@ -200,6 +287,7 @@ class HostProgram:
         step's marginals at its start are the previous step's trial marginals where that step
         was taken, or its own starting ones where it was not: one message passing per step."""
         alpha = 2.0 / (self.lipschitz * total)
+        theta = [np.asarray(t, self.dtype) for t in theta]
         mu = self.marginals(theta, total)
         for _ in range(steps):
             loss, grad = self.loss_and_grad(mu)
