@@ -133,13 +133,13 @@ def _link(sub: tuple[str, ...], sup: tuple[str, ...], card: dict[str, int], dtyp
 class HostProgram:
     """One clique structure's mirror descent (see the module doc): built once per fit."""
 
-    def __init__(self, domain, measurements: Sequence, dtype=np.float64) -> None:
+    def __init__(self, domain, measurements: Sequence) -> None:
         from mbi import junction_tree
         from mbi.clique_utils import maximal_subset, reverse_clique_mapping
         from mbi.marginal_loss import calculate_l2_lipschitz_from_metadata
 
         self.domain = domain
-        self.dtype = np.dtype(dtype)
+        self.dtype = np.dtype(np.float64)
         attrs = list(domain.attributes)
         self.card = card = dict(zip(attrs, domain.shape, strict=True))
         pos = {a: i for i, a in enumerate(attrs)}
@@ -201,12 +201,15 @@ class HostProgram:
         ``out``'s tables where given, else new ones."""
         beliefs = {}
         for node, parts in self.expand:
-            b = np.zeros([self.card[a] for a in node], self.dtype) if out is None else out[node]
-            if out is not None:
+            b = np.empty([self.card[a] for a in node], self.dtype) if out is None else out[node]
+            if not parts:
                 b.fill(0.0)
-            for k, link in parts:
+            for i, (k, link) in enumerate(parts):
                 view = b.reshape(link.spread.shape)
-                np.add(view, link.spread(theta[k]), out=view)
+                if i:
+                    np.add(view, link.spread(theta[k]), out=view)
+                else:
+                    np.copyto(view, link.spread(theta[k]))
             beliefs[node] = b
         return beliefs
 
@@ -285,7 +288,15 @@ class HostProgram:
     def run(self, theta: list[np.ndarray], total: float, steps: int) -> list[np.ndarray]:
         """``steps`` of mbi's ``MirrorDescent._step`` (Armijo line search) from ``theta``. A
         step's marginals at its start are the previous step's trial marginals where that step
-        was taken, or its own starting ones where it was not: one message passing per step."""
+        was taken, or its own starting ones where it was not: one message passing per step.
+        BLAS runs on one thread: the products are small, and waking threads (and fighting
+        other processes for the cores) costs more than they save."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1, user_api="blas"):
+            return self._run(theta, total, steps)
+
+    def _run(self, theta: list[np.ndarray], total: float, steps: int) -> list[np.ndarray]:
         alpha = 2.0 / (self.lipschitz * total)
         theta = [np.asarray(t, self.dtype) for t in theta]
         mu = self.marginals(theta, total)
