@@ -11,7 +11,9 @@ clique, mbi's junction tree, message order and step-size rule) in float64, and r
 unchanged. :func:`fits_on_host` is the public rule for when it is used.
 
 Arrays here are laid out with their axes in the domain's attribute order (whatever a clique's
-own order), so a sub-table broadcasts into a larger one by a reshape alone.
+own order), so a sub-table broadcasts into a larger one by a reshape alone; the sums and
+broadcasts between a clique's table and a sub-table are matrix products (:class:`_Sum`,
+:class:`_Spread`), and the clique tables are rewritten in place.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 #: a fit runs on the host when its steps times its junction tree's cells are at most this: there
-#: the numpy steps take about as long as compiling mbi's program alone
-HOST_FIT_MAX_WORK = 100_000_000
+#: the numpy steps cost at most about one compile of mbi's program, so the host is the faster
+#: whatever mbi's compiled steps cost (many cores, an accelerator); on a small CPU-only machine
+#: the host's steps are also the faster ones, so larger fits would gain there too
+HOST_FIT_MAX_WORK = 300_000_000
 #: mbi's steps per compiled block (``mbi.estimation.CALLBACK_EVERY``): a fit of ``iters`` runs
 #: ``ceil(iters / BLOCK)`` blocks, here as there
 BLOCK = 50
