@@ -346,3 +346,31 @@ def test_host_sums_and_spreads_are_numpys():
         want = x * sub.reshape(bshape)
         got = (x.reshape(spread.shape) * spread(sub)).reshape(shape)
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_host_marginals_equal_log_space_passing():
+    """The host's HUGIN passing on scaled tables (sums and broadcasts as matrix products, tables
+    rewritten in place) gives the marginals of the same passing in log space, twice running
+    (the tables are reused), and where potentials hundreds of nats apart leave a clique
+    without mass it falls back to log space."""
+    from dpql.synth.aim.hostfit import HostProgram
+
+    cliques = [("a",), ("d",), ("b", "a"), ("c", "b"), ("a", "c"), ("d", "c", "b")]
+    program = HostProgram(DOM, _measurements(5, cliques))
+    rng = np.random.default_rng(0)
+    theta = [rng.normal(0, 3, t.shape) for t in program.zeros()]
+    ref = program.log_marginals(theta, 2000.0)
+    for _ in range(2):
+        for ours, want in zip(program.marginals(theta, 2000.0), ref, strict=True):
+            np.testing.assert_allclose(ours, want, rtol=1e-9, atol=1e-9)
+    # two cells 2000 nats above the rest, in cliques whose overlap they do not share
+    far = [t.copy() for t in theta]
+    far[0][0] += 2000.0
+    far[1][-1, -1] += 2000.0
+    want = program.log_marginals(far, 2000.0)
+    calls = []
+    log_space = program.log_marginals
+    program.log_marginals = lambda *args: calls.append(args) or log_space(*args)
+    for ours, w in zip(program.marginals(far, 2000.0), want, strict=True):
+        np.testing.assert_allclose(ours, w, rtol=1e-9, atol=1e-9)
+    assert len(calls) == 1
