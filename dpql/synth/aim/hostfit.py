@@ -304,14 +304,15 @@ class HostProgram:
         alpha = 2.0 / (self.lipschitz * total)
         theta = [np.asarray(t, self.dtype) for t in theta]
         mu = self.marginals(theta, total)
+        loss, grad = self.loss_and_grad(mu)
         for _ in range(steps):
-            loss, grad = self.loss_and_grad(mu)
             theta2 = [t - alpha * g for t, g in zip(theta, grad, strict=True)]
             mu2 = self.marginals(theta2, total)
-            loss2 = self.loss(mu2)
+            # the trial's gradient too: a taken step (most are) starts the next one from it
+            loss2, grad2 = self.loss_and_grad(mu2)
             gain = sum(float(np.vdot(g, m - m2)) for g, m, m2 in zip(grad, mu, mu2, strict=True))
             if loss - loss2 >= 0.5 * alpha * gain:
-                theta, mu, alpha = theta2, mu2, 1.01 * alpha
+                theta, mu, loss, grad, alpha = theta2, mu2, loss2, grad2, 1.01 * alpha
             else:
                 alpha = 0.5 * alpha
         return theta
