@@ -374,3 +374,22 @@ def test_host_marginals_equal_log_space_passing():
     for ours, w in zip(program.marginals(far, 2000.0), want, strict=True):
         np.testing.assert_allclose(ours, w, rtol=1e-9, atol=1e-9)
     assert len(calls) == 1
+
+
+def test_junction_cells_each_is_junction_cells_per_candidate():
+    """The batched size filter (shared graphs, candidates inside the base graph) gives each
+    candidate's own :func:`junction_cells`."""
+    import itertools
+    import random
+
+    from dpql.synth.aim.junction import junction_cells, junction_cells_each
+
+    rng = random.Random(1)
+    for _ in range(40):
+        d = rng.randint(2, 10)
+        card = {f"c{i}": rng.randint(2, 9) for i in range(d)}
+        names = list(card)
+        base = [tuple(rng.sample(names, rng.randint(1, 2))) for _ in range(rng.randint(0, 8))]
+        extra = [*itertools.combinations(names, 2), *itertools.combinations(names, 3)]
+        got = junction_cells_each(card, base, extra)
+        assert got == [junction_cells(card, [*base, cl])[0] for cl in extra]

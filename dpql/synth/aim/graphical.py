@@ -13,9 +13,9 @@ they are numpy:
   (the first step recomputes both; neither is read before). Its final model's marginals are the
   last step's (one step behind its potentials), which nothing here reads: every marginal is
   :func:`model_marginal` of the potentials.
-* :func:`model_marginal` is any marginal of the model by variable elimination over its
-  exponentiated potentials in numpy (mbi's ``variable_elimination``, without its per-clique
-  compile).
+* :func:`model_marginal` is any marginal of the model from its calibrated junction tree in
+  numpy (:mod:`dpql.synth.aim.inference`; mbi's ``variable_elimination`` compiles per
+  (model, clique) pair).
 * :func:`sample_rows` is mbi's ``synthetic_data(method="round")`` (the columns in reverse
   elimination order, each drawn by systematic sampling within the groups of its already drawn
   parents, so every column's counts are its conditional's rounded expected counts) with the
@@ -35,8 +35,6 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import numpy as np
-
-from dpql.synth.aim.junction import greedy_order
 
 #: What ``import mbi`` warns about JAX's configuration (float32, the persistent compilation
 #: cache): advice for mbi's own experiment sweeps, about settings dpql chooses on purpose.
@@ -144,56 +142,16 @@ def model_marginal(model, cl: tuple[str, ...]) -> np.ndarray:
 
 def model_marginals(model, cls: Sequence[tuple[str, ...]]) -> list[np.ndarray]:
     """The model's marginals on each of ``cls`` in counts (row-major over each clique, like
-    ``Factor.datavector``): variable elimination over the exponentiated potentials in numpy, in
-    mbi's greedy elimination order (``variable_elimination`` without its per-(model, clique)
-    JIT compile). The potentials leave the device and are exponentiated once for all of
-    ``cls``. Each step multiplies only the factors that mention the eliminated attribute,
-    so no intermediate is larger than the triangulated model needs. (One einsum over all
-    potentials is not safe: where no pairwise contraction fits numpy's memory limit, its greedy
-    path falls back to a single loop over the product of every domain, minutes on Adult.)"""
+    ``Factor.datavector``): one calibration of the model's junction tree for all of ``cls``,
+    then each marginal from the smallest part of the tree that covers it
+    (:class:`dpql.synth.aim.inference.CalibratedTree`). Unlike mbi's ``variable_elimination``
+    it compiles nothing per (model, clique) pair."""
     if isinstance(model, IndependentModel):
         return [model.marginal(cl) for cl in cls]
-    domain = model.domain
-    card = dict(zip(domain.attributes, domain.shape, strict=True))
-    letters = {a: chr(ord("a") + i) for i, a in enumerate(domain.attributes)}
+    from dpql.synth.aim.inference import CalibratedTree
 
-    def sub(attrs: Sequence[str]) -> str:
-        return "".join(letters[a] for a in attrs)
-
-    host: list[tuple[tuple[str, ...], np.ndarray]] = []
-    for f in model.potentials.tables.values():
-        v = np.asarray(f.values, dtype=np.float64)
-        host.append((tuple(f.domain.attributes), np.exp(v - v.max())))
-    scopes = [a for a, _ in host]
-    out_all = []
-    for cl in cls:
-        factors = list(host)
-        elim = [a for a in domain.attributes if a not in cl]
-        order = greedy_order(card, [*scopes, tuple(cl)], elim)
-        for z in order:
-            bucket = [f for f in factors if z in f[0]]
-            if not bucket:
-                continue
-            union = (*dict.fromkeys(a for f in bucket for a in f[0] if a != z), z)
-            prod = _aligned(*bucket[0], union)
-            for f in bucket[1:]:
-                prod = prod * _aligned(*f, union)
-            arr = prod.sum(axis=-1)
-            top = float(arr.max()) if arr.size else 0.0
-            rest = [f for f in factors if z not in f[0]]
-            factors = [*rest, (union[:-1], arr / top if top > 0 else arr)]
-        mentioned = {a for attrs, _ in factors for a in attrs}
-        kept = [a for a in cl if a in mentioned]
-        p = np.einsum(",".join(sub(f[0]) for f in factors) + "->" + sub(kept),
-                      *(f[1] for f in factors)) if factors else np.ones(())  # fmt: skip
-        out = list(kept)
-        for a in cl:  # an attribute no potential mentions is uniform in the model
-            if a not in mentioned:
-                p = np.expand_dims(p, -1) * np.ones(domain[a])
-                out.append(a)
-        p = np.transpose(p, [out.index(a) for a in cl])
-        out_all.append((p / p.sum() * float(model.total)).ravel())
-    return out_all
+    tree = CalibratedTree(model)
+    return [tree.marginal(cl) for cl in cls]
 
 
 def _aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:

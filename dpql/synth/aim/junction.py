@@ -50,43 +50,75 @@ def junction_cells(
     of :func:`greedy_order` (on the graph: the attribute whose neighbourhood, itself included,
     has the fewest cells; ties to the earlier); the maximal cliques of the triangulated graph
     are the maximal elimination cliques."""
-    names = list(card)
-    d = len(names)
-    cards = [card[a] for a in names]
-    index = {a: i for i, a in enumerate(names)}
-    adj = [0] * d
+    index = {a: i for i, a in enumerate(card)}
+    return _graph_cells([card[a] for a in card], _adjacency(index, cliques, [0] * len(card)))
+
+
+def junction_cells_each(card: dict[str, int], base: Sequence[tuple[str, ...]],
+                        extra: Sequence[tuple[str, ...]]) -> list[int]:  # fmt: skip
+    """``junction_cells(card, [*base, cl])[0]`` for each ``cl`` of ``extra``. The tree depends
+    on the cliques only through their graph, so a candidate whose pairs are all edges of the
+    base's graph has the base's size, and candidates that make the same graph share one."""
+    index = {a: i for i, a in enumerate(card)}
+    cards = [card[a] for a in card]
+    adj = _adjacency(index, base, [0] * len(card))
+    known: dict[tuple[int, ...], int] = {tuple(adj): _graph_cells(cards, adj)[0]}
+    out = []
+    for cl in extra:
+        key = tuple(_adjacency(index, [cl], list(adj)))
+        if key not in known:
+            known[key] = _graph_cells(cards, list(key))[0]
+        out.append(known[key])
+    return out
+
+
+def _adjacency(index: dict[str, int], cliques: Sequence[tuple[str, ...]],
+               adj: list[int]) -> list[int]:  # fmt: skip
+    """``adj`` (bit masks of neighbours, no self loops) with every pair of each clique joined."""
     for cl in cliques:
         mask = 0
         for a in cl:
             mask |= 1 << index[a]
         for a in cl:
-            adj[index[a]] |= mask
-    adj = [m & ~(1 << i) for i, m in enumerate(adj)]
+            i = index[a]
+            adj[i] |= mask & ~(1 << i)
+    return adj
+
+
+def _graph_cells(cards: Sequence[int], adj: list[int]) -> tuple[int, list[int]]:
+    """:func:`junction_cells` of the graph ``adj`` (which it does not change)."""
+    d = len(cards)
+    adj = list(adj)
+    card_of_bit = {1 << i: k for i, k in enumerate(cards)}
     sizes: dict[int, int] = {}
 
     def size(mask: int) -> int:
-        if mask not in sizes:
-            out, i = 1, 0
-            while mask >> i:
-                if mask >> i & 1:
-                    out *= cards[i]
-                i += 1
+        out = sizes.get(mask)
+        if out is None:
+            out, rest = 1, mask
+            while rest:
+                low = rest & -rest
+                out *= card_of_bit[low]
+                rest ^= low
             sizes[mask] = out
-        return sizes[mask]
+        return out
 
     edges = sum(m.bit_count() for m in adj) // 2
     if edges and edges == d - 1 and _connected(adj):
         elim = [(1 << i) | (1 << j) for i in range(d) for j in range(i + 1, d) if adj[i] >> j & 1]
     else:
+        # each attribute's neighbourhood size, updated only where an elimination changes it
+        hood = [size(adj[k] | 1 << k) for k in range(d)]
         elim, left = [], list(range(d))
         while left:
-            i = min(left, key=lambda k: size(adj[k] | 1 << k))
+            i = min(left, key=hood.__getitem__)
             left.remove(i)
             nb, bit = adj[i], 1 << i
             elim.append(nb | bit)
             for j in left:
                 if nb >> j & 1:
                     adj[j] = (adj[j] | nb) & ~bit & ~(1 << j)
+                    hood[j] = size(adj[j] | 1 << j)
     top = [m for m in set(elim) if not any(m != o and m & o == m for o in elim)]
     return sum(size(m) for m in top), top
 

@@ -112,7 +112,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     round's noise would not swamp and that keep the model, with the round's earlier picks,
     within ``limit`` MB (where none does, those that grow it least)."""
     from dpql.synth.aim.graphical import model_marginals
-    from dpql.synth.aim.junction import junction_cells
+    from dpql.synth.aim.junction import junction_cells_each
 
     n = s.n
     cells = fit.cells
@@ -122,7 +122,8 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     def sizes(pool: list[tuple[str, ...]], chosen: list[tuple[str, ...]]) -> dict:
         """MB of the model with ``chosen`` and each of ``pool`` (mbi's junction tree of the
         measured cliques)."""
-        return {cl: junction_cells(card, [*now, *chosen, cl])[0] * 8 / 2**20 for cl in pool}
+        cells = junction_cells_each(card, [*now, *chosen], pool)
+        return {cl: k * 8 / 2**20 for cl, k in zip(pool, cells, strict=True)}
 
     quiet = [cl for cl in s.candidates if SQRT_2_OVER_PI * sigma * cells(cl) < NOISE_L1_LIMIT]
     size = sizes(quiet, [])
