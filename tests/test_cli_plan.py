@@ -188,3 +188,21 @@ def test_plan_warns_when_requirements_are_never_tested(spec_without_data: Path, 
     assert "iproj.measure" not in plan["budget"]["phases"]
     for r in plan["requirements"]:
         assert r["reachable"] is None and [d["code"] for d in r["diagnostics"]] == ["W507"]
+
+
+def test_python_dash_m_dpql_is_the_command(tmp_path: Path):
+    """``python -m dpql`` runs the same CLI, exit codes included (a spec error exits 1)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ok = subprocess.run([sys.executable, "-m", "dpql", "check", str(EXAMPLE), "--policy",
+                         str(POLICY)], capture_output=True, text=True, env=env)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    bad = tmp_path / "bad.release.yaml"
+    bad.write_text("dpql: 1\nname: [\n")
+    out = subprocess.run([sys.executable, "-m", "dpql", "check", str(bad)],
+                         capture_output=True, text=True, env=env)  # fmt: skip
+    assert out.returncode == 1
+    assert "bad.release.yaml:" in out.stderr and "Traceback" not in out.stderr

@@ -13,6 +13,11 @@ No table is fetched at run time. Each one ships inside an installed package or i
   small survey with strongly related ordinal answers), 944 x 10: ``logpopul`` is left out (it
   is ``log(popul + 0.1)``, a function of another column). ``anes96c`` is the same table with
   the codebook's coarse groups (2-4 bins per column), the resolution of survey tabulations.
+* ``doctor``: Cameron and Trivedi's (2010, ch. 10) doctor-visits extract of the Health and
+  Retirement Study (Medicare beneficiaries aged 65 and over), shipped with statsmodels' tests
+  (``racd10data_with_transformed.csv``), 3,629 x 12: a small survey of counts with long tails
+  (doctor and non-physician visits, income). The derived columns (logs, squares, rescalings,
+  ``insured``, which equals ``private``) are left out.
 * ``flights``: ``examples/flights/flights.csv.gz`` (a sample of nycflights13, CC0, in this
   repository), 40,000 x 8, with empty delay and air-time cells (``missing: keep``).
 * ``bn1k``, ``bn30k``, ``bn1m``: the fixed Bayesian network below (:data:`BN_NODES`),
@@ -138,6 +143,25 @@ def _statsmodels(name: str, drop: tuple[str, ...] = ()) -> Callable[[Path], Path
         return _write(df, out)
 
     return make
+
+
+#: the doctor-visits extract's columns (the rest are functions of these)
+DOCTOR_COLUMNS = ("docvis", "age", "educyr", "female", "medicaid", "private", "phylim",
+                  "actlim", "totchr", "income", "ssiratio", "nonphysician")  # fmt: skip
+
+
+def _doctor(data_dir: Path) -> Path:
+    out = data_dir / "doctor.csv"
+    if out.exists():
+        return out
+    spec = importlib.util.find_spec("statsmodels")
+    if spec is None or not spec.submodule_search_locations:
+        raise Unavailable("pip install statsmodels (the bench extra)")
+    src = (Path(next(iter(spec.submodule_search_locations))) / "sandbox" / "regression"
+           / "tests" / "racd10data_with_transformed.csv")  # fmt: skip
+    if not src.exists():
+        raise Unavailable(f"{src} is not in this statsmodels")
+    return _write(pd.read_csv(src)[list(DOCTOR_COLUMNS)], out)
 
 
 # ------------------------------------------------------------------------------------------
@@ -279,6 +303,7 @@ TABLES: dict[str, Table] = {
                _statsmodels("anes96", drop=("logpopul",))),
         _table("anes96c", 944, "statsmodels datasets.anes96 (ANES 1996), coarse bins",
                _statsmodels("anes96", drop=("logpopul",))),
+        _table("doctor", 3629, "HRS doctor visits (statsmodels tests, racd10)", _doctor),
         _table("flights", 40000, "nycflights13 sample (examples/flights)", _flights),
         _table("bn1k", 1000, "Bayesian network (tables.BN_NODES), 1k rows", _bn(1000)),
         _table("bn30k", 30000, "Bayesian network (tables.BN_NODES), 30k rows", _bn(30000)),
