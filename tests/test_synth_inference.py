@@ -86,6 +86,27 @@ def test_structural_zeros_give_zero_cells_not_nans():
         np.testing.assert_allclose(got, _reference(model, cl), rtol=1e-4, atol=1e-6)
 
 
+def test_a_value_impossible_in_one_clique_is_impossible_everywhere():
+    """A whole slice of zeros (a value of ``b`` that ``(a, b)`` rules out) reaches the other
+    cliques through their separators without a NaN (HUGIN's 0/0 is 0)."""
+    dom = Domain(list("abcd"), [3, 3, 2, 4])
+    model = _random_model(dom, [("a", "b"), ("b", "c"), ("c", "d"), ("b", "d")], seed=5)
+    rng = np.random.default_rng(5)
+    ab = rng.normal(size=(3, 3))
+    ab[:, 1] = -np.inf  # b == 1 is impossible
+    factors = dict(model.potentials.tables)
+    factors[("a", "b")] = Factor(dom.project(("a", "b")), np.asarray(ab))
+    model = MarkovRandomField(
+        potentials=CliqueVector(dom, list(factors), factors), marginals=None, total=1000.0
+    )
+    tree = CalibratedTree(model)
+    for cl in [("b",), ("a", "d"), ("d", "b", "c"), ("c", "a")]:
+        got = tree.marginal(cl)
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, _reference(model, cl), rtol=1e-4, atol=1e-6)
+    assert tree.marginal(("b",))[1] == 0.0
+
+
 def test_a_fitted_models_marginals_sum_to_its_total():
     dom = Domain(list("abcd"), [3, 4, 2, 5])
     rng = np.random.default_rng(4)

@@ -30,7 +30,8 @@ def _logsumexp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         return x
     m = x.max(axis=axes, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    return np.log(np.exp(x - m).sum(axis=axes)) + np.squeeze(m, axis=axes)
+    with np.errstate(divide="ignore"):  # a slice without mass: log 0 = -inf, as it should
+        return np.log(np.exp(x - m).sum(axis=axes)) + np.squeeze(m, axis=axes)
 
 
 class CalibratedTree:
@@ -65,8 +66,10 @@ class CalibratedTree:
         for u, v in junction_tree.message_passing_order(jtree):
             a, b = node_of[u], node_of[v]
             tau = logb[a]
-            if (b, a) in sent:  # HUGIN: a's table holds b's message; divide it out
-                tau = tau - self._aligned(*sent[(b, a)], a)
+            if (b, a) in sent:  # HUGIN: a's table holds b's message; divide it out (0/0 = 0)
+                back = self._aligned(*sent[(b, a)], a)
+                with np.errstate(invalid="ignore"):
+                    tau = np.where(np.isneginf(back), -np.inf, tau - back)
             sep = tuple(x for x in a if x in b)
             msg = _logsumexp(tau, tuple(k for k, x in enumerate(a) if x not in b))
             sent[(a, b)] = (sep, msg)
