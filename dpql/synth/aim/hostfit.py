@@ -34,12 +34,14 @@ HOST_FIT_MAX_WORK = 300_000_000
 BLOCK = 50
 
 
-def _logsumexp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def logsumexp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """``log(sum(exp(x)))`` over ``axes``, stable; a slice without mass gives ``-inf``."""
     if not axes:
         return x
     m = x.max(axis=axes, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    return np.log(np.exp(x - m).sum(axis=axes)) + np.squeeze(m, axis=axes)
+    with np.errstate(divide="ignore"):
+        return np.log(np.exp(x - m).sum(axis=axes)) + np.squeeze(m, axis=axes)
 
 
 def _runs(shape: Sequence[int], keep: Sequence[bool]) -> list[list]:
@@ -262,10 +264,10 @@ class HostProgram:
             tau = beliefs[a]
             if (b, a) in sent:
                 tau = tau - sent[(b, a)].reshape(la.shape)
-            msg = _logsumexp(tau, la.axes)
+            msg = logsumexp(tau, la.axes)
             sent[(a, b)] = msg
             beliefs[b] = beliefs[b] + msg.reshape(lb.shape)
-        probs = {node: np.exp(b - _logsumexp(b, tuple(range(b.ndim))))
+        probs = {node: np.exp(b - logsumexp(b, tuple(range(b.ndim))))
                  for node, b in beliefs.items()}  # fmt: skip
         out = self._contract(probs, total)
         assert out is not None  # normalised in log space: every clique sums to 1

@@ -22,16 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dpql.synth.aim.hostfit import logsumexp
 from dpql.synth.aim.junction import greedy_order
-
-
-def _logsumexp(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    if not axes:
-        return x
-    m = x.max(axis=axes, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):  # a slice without mass: log 0 = -inf, as it should
-        return np.log(np.exp(x - m).sum(axis=axes)) + np.squeeze(m, axis=axes)
 
 
 class CalibratedTree:
@@ -71,10 +63,10 @@ class CalibratedTree:
                 with np.errstate(invalid="ignore"):
                     tau = np.where(np.isneginf(back), -np.inf, tau - back)
             sep = tuple(x for x in a if x in b)
-            msg = _logsumexp(tau, tuple(k for k, x in enumerate(a) if x not in b))
+            msg = logsumexp(tau, tuple(k for k, x in enumerate(a) if x not in b))
             sent[(a, b)] = (sep, msg)
             logb[b] = logb[b] + self._aligned(sep, msg, b)
-        self.prob = {c: np.exp(b - _logsumexp(b, tuple(range(b.ndim)))) for c, b in logb.items()}
+        self.prob = {c: np.exp(b - logsumexp(b, tuple(range(b.ndim)))) for c, b in logb.items()}
         self.component = self._components()
 
     # -- small helpers -------------------------------------------------------------------
