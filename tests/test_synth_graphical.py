@@ -306,8 +306,8 @@ def test_host_estimate_is_mbis_mirror_descent(cliques):
     for m, r in zip(meas, ref, strict=True):
         np.testing.assert_allclose(model_marginal(ours, m.clique), r, rtol=1e-6, atol=1e-6)
     assert [tuple(c) for c in ours.cliques] == [tuple(c) for c in ref_model.cliques]
-    start = program.loss(program.marginals(program.zeros(), 2000.0))
-    assert program.loss(program.marginals(program.to_host(ours.potentials), 2000.0)) < start
+    start = program.loss_and_grad(program.marginals(program.zeros(), 2000.0))[0]
+    assert program.loss_and_grad(program.marginals(program.to_host(ours.potentials), 2000.0))[0] < start
     # warm start: more measurements, from the first fit (mbi's expand, then the same steps)
     more = meas + _measurements(4, [("b", "d")])
     ref2, _ = _x64_mirror_descent(more, 60, warm=ref_model)

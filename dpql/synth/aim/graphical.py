@@ -154,7 +154,7 @@ def model_marginals(model, cls: Sequence[tuple[str, ...]]) -> list[np.ndarray]:
     return [tree.marginal(cl) for cl in cls]
 
 
-def _aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
+def aligned(attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]) -> np.ndarray:
     """``arr`` over ``attrs`` as a broadcastable array over ``union`` (size-1 axes elsewhere)."""
     ours = [a for a in union if a in attrs]
     arr = np.transpose(arr, [attrs.index(a) for a in ours])
@@ -181,7 +181,7 @@ def expand_potentials(warm, domain, cliques: Sequence[tuple[str, ...]]):
         for cl, subs in mapping.items():
             for sub in subs:
                 v = np.asarray(old[sub].values, dtype=np.float64)
-                tables[cl] = tables[cl] + _aligned(tuple(sub), v, cl)
+                tables[cl] = tables[cl] + aligned(tuple(sub), v, cl)
     dtype = jnp.result_type(float)
     return CliqueVector(
         domain, cliques,
@@ -253,25 +253,24 @@ def sample_rows(model, rows: int, rng: np.random.Generator) -> dict[str, np.ndar
     """``rows`` records from ``model`` as codes per attribute: mbi's ``synthetic_data`` with
     randomized rounding (module doc). Each column's conditional comes from the model marginal
     of the column and its drawn neighbours in the junction tree."""
-    import_mbi()
-    from mbi import junction_tree
-
     if isinstance(model, IndependentModel):
         card = {c: p.size for c, p in model.p.items()}
         cliques = [set(c) for c in model.cliques]
         order = [c[0] for c in model.cliques]
+        marginal = model.marginal
     else:
-        card = dict(zip(model.domain.attributes, model.domain.shape, strict=True))
-        jtree, elimination = junction_tree.make_junction_tree(
-            model.domain, [tuple(cl) for cl in model.cliques]
-        )
-        cliques = [set(cl) for cl in jtree.nodes]
-        order = list(elimination[::-1])
+        from dpql.synth.aim.inference import CalibratedTree
+
+        tree = CalibratedTree(model)
+        card = tree.card
+        cliques = [set(cl) for cl in tree.nodes]
+        order = tree.elimination[::-1]
+        marginal = tree.marginal
     parents_of = {
         col: tuple(a for a in order[:i] if any(col in cl and a in cl for cl in cliques))
         for i, col in enumerate(order)
     }
-    margs = model_marginals(model, [(*parents_of[col], col) for col in order])
+    margs = [marginal((*parents_of[col], col)) for col in order]
     data: dict[str, np.ndarray] = {}
     for col, marg in zip(order, margs, strict=True):
         size = card[col]

@@ -284,13 +284,6 @@ class HostProgram:
             grad[k] += (diff / sd).reshape(link.shape)
         return loss, grad
 
-    def loss(self, mu: list[np.ndarray]) -> float:
-        out = 0.0
-        for k, link, y, sd in self.terms:
-            diff = (link.sum(mu[k]) - y) / sd
-            out += 0.5 * float(np.vdot(diff, diff))
-        return out
-
     def run(self, theta: list[np.ndarray], total: float, steps: int) -> list[np.ndarray]:
         """``steps`` of mbi's ``MirrorDescent._step`` (Armijo line search) from ``theta``. A
         step's marginals at its start are the previous step's trial marginals where that step

@@ -16,12 +16,12 @@ model's potentials only.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from dpql.synth.aim.graphical import aligned, import_mbi
 from dpql.synth.aim.hostfit import logsumexp
 from dpql.synth.aim.junction import greedy_order
 
@@ -33,6 +33,7 @@ class CalibratedTree:
     counts (``model.total``), row-major over the asked attributes."""
 
     def __init__(self, model) -> None:
+        import_mbi()
         from mbi import junction_tree
 
         domain = model.domain
@@ -42,7 +43,9 @@ class CalibratedTree:
         pos = {a: i for i, a in enumerate(self.attrs)}
         self.canon = lambda cl: tuple(sorted(cl, key=pos.__getitem__))
         cliques = [tuple(c) for c in model.cliques]
-        jtree, _ = junction_tree.make_junction_tree(domain, cliques)
+        jtree, elimination = junction_tree.make_junction_tree(domain, cliques)
+        #: mbi's elimination order of the tree (the sampler draws in its reverse)
+        self.elimination = list(elimination)
         self.nodes = [self.canon(c) for c in jtree.nodes]
         node_of = dict(zip(jtree.nodes, self.nodes, strict=True))
         self.adj: dict[tuple[str, ...], list[tuple[str, ...]]] = {c: [] for c in self.nodes}
@@ -53,21 +56,24 @@ class CalibratedTree:
         for f in model.potentials.tables.values():
             own = tuple(f.domain.attributes)
             home = min((c for c in self.nodes if set(own) <= set(c)), key=self.cells)
-            logb[home] = logb[home] + self._aligned(own, np.asarray(f.values, np.float64), home)
+            logb[home] = logb[home] + aligned(own, np.asarray(f.values, np.float64), home)
         sent: dict[tuple, tuple[tuple[str, ...], np.ndarray]] = {}
         for u, v in junction_tree.message_passing_order(jtree):
             a, b = node_of[u], node_of[v]
             tau = logb[a]
             if (b, a) in sent:  # HUGIN: a's table holds b's message; divide it out (0/0 = 0)
-                back = self._aligned(*sent[(b, a)], a)
+                back = aligned(*sent[(b, a)], a)
                 with np.errstate(invalid="ignore"):
                     tau = np.where(np.isneginf(back), -np.inf, tau - back)
             sep = tuple(x for x in a if x in b)
             msg = logsumexp(tau, tuple(k for k, x in enumerate(a) if x not in b))
             sent[(a, b)] = (sep, msg)
-            logb[b] = logb[b] + self._aligned(sep, msg, b)
+            logb[b] = logb[b] + aligned(sep, msg, b)
         self.prob = {c: np.exp(b - logsumexp(b, tuple(range(b.ndim)))) for c, b in logb.items()}
         self.component = self._components()
+        # sums and conditionals of clique tables, shared by the marginals asked of this tree
+        self._projections: dict[tuple, np.ndarray] = {}
+        self._conditionals: dict[tuple, np.ndarray] = {}
 
     # -- small helpers -------------------------------------------------------------------
 
@@ -76,12 +82,6 @@ class CalibratedTree:
 
     def cells(self, cl: Sequence[str]) -> int:
         return math.prod(self.card[a] for a in cl)
-
-    def _aligned(self, attrs: tuple[str, ...], arr: np.ndarray, union: tuple[str, ...]):
-        """``arr`` over ``attrs`` (its own order) as a broadcastable array over ``union``."""
-        ours = [a for a in union if a in attrs]
-        arr = np.transpose(arr, [attrs.index(a) for a in ours])
-        return arr.reshape([self.card[a] if a in attrs else 1 for a in union])
 
     def _components(self) -> dict[tuple[str, ...], int]:
         label: dict[tuple[str, ...], int] = {}
@@ -121,8 +121,7 @@ class CalibratedTree:
         comp = [c for c in self.nodes if self.component[c] == label]
         holders = [c for c in comp if set(group) <= set(c)]
         if holders:
-            home = min(holders, key=self.cells)
-            return self.prob[home].sum(axis=tuple(k for k, a in enumerate(home) if a not in group))
+            return self._projection(min(holders, key=self.cells), group)
         # the subtree rooted at its first clique: P(root) times P(C | S) for every other clique
         # C and the separator S towards the root, each summed at once over the attributes
         # that no other table of the subtree and no asked attribute mentions
@@ -137,29 +136,33 @@ class CalibratedTree:
                     frontier.append(d)
         factors = []
         for c in order:
-            links = [d for d in self.adj[c] if d in parent and (parent[d] == c or parent[c] == d)]
-            needed = self.canon(
-                {a for a in c if a in group or any(a in d for d in links)}
-            )
+            # the subtree's edges are the tree's edges between its cliques
+            links = [d for d in self.adj[c] if d in parent]
+            needed = self.canon({a for a in c if a in group or any(a in d for d in links)})
             sep = () if parent[c] is None else self.canon(set(c) & set(parent[c]))
             factors.append((needed, self._conditional(c, needed, sep)))
         return self._eliminate(factors, group)
 
-    @functools.lru_cache(maxsize=4096)  # noqa: B019 (one tree per model; it lives as long)
     def _projection(self, c: tuple[str, ...], keep: tuple[str, ...]) -> np.ndarray:
         """Clique ``c``'s table summed onto ``keep`` (a subset of ``c``, domain order)."""
-        return self.prob[c].sum(axis=tuple(k for k, a in enumerate(c) if a not in keep))
+        key = (c, keep)
+        if key not in self._projections:
+            axes = tuple(k for k, a in enumerate(c) if a not in keep)
+            self._projections[key] = self.prob[c].sum(axis=axes)
+        return self._projections[key]
 
-    @functools.lru_cache(maxsize=4096)  # noqa: B019
     def _conditional(self, c: tuple[str, ...], keep: tuple[str, ...],
                      sep: tuple[str, ...]) -> np.ndarray:  # fmt: skip
         """``P(keep | sep)`` from clique ``c`` (``sep`` within ``keep``), zero where
         ``P(sep)`` is."""
-        joint = self._projection(c, keep)
-        if not sep:
-            return joint
-        ps = self._aligned(sep, self._projection(c, sep), keep)
-        return np.divide(joint, ps, out=np.zeros_like(joint), where=ps > 0)
+        key = (c, keep, sep)
+        if key not in self._conditionals:
+            joint = self._projection(c, keep)
+            if sep:
+                ps = aligned(sep, self._projection(c, sep), keep)
+                joint = np.divide(joint, ps, out=np.zeros_like(joint), where=ps > 0)
+            self._conditionals[key] = joint
+        return self._conditionals[key]
 
     def _subtree(self, group: tuple[str, ...], comp: list[tuple[str, ...]]) -> list:
         """A connected set of cliques covering ``group``: the clique holding most of it, then
@@ -200,14 +203,14 @@ class CalibratedTree:
         for z in greedy_order(self.card, [*(at for at, _ in factors), keep], elim):
             bucket = [f for f in factors if z in f[0]]
             union = self.canon({a for at, _ in bucket for a in at})
-            prod = self._aligned(*bucket[0], union)
+            prod = aligned(*bucket[0], union)
             for f in bucket[1:]:
-                prod = prod * self._aligned(*f, union)
+                prod = prod * aligned(*f, union)
             out = prod.sum(axis=union.index(z))
             out = out / max(float(out.max()), 1e-300)  # a scale only: the result is normalised
             factors = [f for f in factors if z not in f[0]]
             factors.append((tuple(a for a in union if a != z), out))
         p = np.ones(self.shape(keep))
         for at, arr in factors:
-            p = p * self._aligned(at, arr, keep)
+            p = p * aligned(at, arr, keep)
         return p
