@@ -393,6 +393,16 @@ def _refuse_outputs_on_inputs(
         raise DiagnosticError(errors)
 
 
+def output_problems(
+    spec: LoadedSpec, ledger: Path, policy_path: Path | None = None
+) -> list[Diagnostic]:
+    """What :func:`compile` refuses about its outputs before any data is read (E613, E618,
+    E619), for ``dpql check``; an earlier release at the outputs (E614) is left to compile,
+    where ``--force`` decides."""
+    inputs = release_inputs(spec, policy_path)
+    return output_location_errors(spec, _targets(spec), force=True, ledger=ledger, inputs=inputs)
+
+
 def _refuse_public_copies(spec: LoadedSpec, private: Any) -> None:
     """E122 before anything is measured when a public input file has the data file's bytes
     (:func:`dpql.spec.files.public_copies_of_data`; the same path or inode is refused at load).

@@ -83,7 +83,8 @@ def test_check_with_policy(spec_without_data: Path, tmp_path: Path, capsys):
     strict = policy.read_text().replace("max_epsilon: 2.0", "max_epsilon: 0.5")
     policy.write_text(strict)
     assert main(["check", str(spec_without_data), "--policy", str(policy)]) == 1
-    assert "epsilon" in capsys.readouterr().out
+    err = capsys.readouterr().err  # located at the key to change, like compile's refusal
+    assert f"{spec_without_data}:" in err and "error[P001]" in err and "max_epsilon 0.5" in err
 
 
 # ---------------------------------------------------------------------------------------------

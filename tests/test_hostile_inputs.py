@@ -388,8 +388,9 @@ def test_a_policy_caps_the_estimated_compile_time(
     rc, out, err = _run("check", str(spec), "--policy", str(policy), capsys=capsys)
     assert rc == 0, out + err
     policy.write_text(text.format(0.01))
-    rc, out, _ = _run("check", str(spec), "--policy", str(policy), capsys=capsys)
-    assert rc == 1 and "P009" in out and "max_minutes 0.01" in out
+    rc, _, err = _run("check", str(spec), "--policy", str(policy), capsys=capsys)
+    assert rc == 1 and f"{policy}:4:" in err and "error[P009]" in err
+    assert "max_minutes 0.01" in err
 
 
 

@@ -94,7 +94,7 @@ def test_three_specs_of_one_data_file_share_the_policy_found_beside_them(
         assert "Traceback" not in err and not (folder / "out" / "s3.csv").exists()
         for argv in (["--policy", str(policy)], []):
             code, out, err = _run(capsys, "check", str(specs[2]), *argv)
-            assert code == 1 and "P007" in out, out + err
+            assert code == 1 and "error[P007]" in err, out + err
     assert len(read_ledger(ledger)) == 2
 
     code, out, _ = _run(capsys, "ledger", str(specs[0]), "--format", "json")

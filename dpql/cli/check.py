@@ -12,12 +12,20 @@ from dpql.cli.output import (
     EXIT_OK,
     emit_json,
     out,
+    report_diagnostics,
 )
+from dpql.diagnostics import Diagnostic, DiagnosticError
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from dpql.pipeline import output_problems
     from dpql.plan.planner import build_plan
-    from dpql.release.policy import check_policy, lifetime_report, planned_spend
+    from dpql.release.policy import (
+        check_policy,
+        lifetime_report,
+        planned_spend,
+        violation_pos,
+    )
     from dpql.release.project import choose_ledger
     from dpql.spec.load import load_spec
 
@@ -26,6 +34,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     as_json = args.format == "json"
     policy_path = Path(args.policy) if args.policy else None
     choice = choose_ledger(spec, policy=policy_path, for_write=False)
+    problems = output_problems(spec, choice.ledger, policy_path)
+    if problems:  # compile would refuse them before reading any data
+        raise DiagnosticError(problems)
     policy = choice.policy
     shown = args.policy or (str(policy.path) if policy is not None else None)
     doc: dict[str, Any] = {"spec": str(args.spec), "policy": shown, "violations": []}
@@ -51,9 +62,10 @@ def cmd_check(args: argparse.Namespace) -> int:
              "summary": summary},
             EXIT_INPUT,
         )  # fmt: skip
-    for v in violations:
-        hint = getattr(v, "hint", None)
-        print(f"{args.spec}: {v.code}: {v.message}" + (f" (hint: {hint})" if hint else ""))
+    report_diagnostics(
+        [Diagnostic(v.code, v.message, violation_pos(v, spec, policy), v.hint) for v in violations],
+        "text",
+    )
     if summary:
         print(summary)
     if violations:

@@ -5,6 +5,7 @@ verification (``V0xx``)."""
 from __future__ import annotations
 
 from dpql.diagnostics_registry.base import (
+    CHECK,
     COMPILE,
     DATA_FILE,
     EVALUATE,
@@ -279,7 +280,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E613",
     "an output location is unusable (checked before any data is read)",
-    COMPILE,
+    (*CHECK, "compile"),
     "dpql.release.commit",
     details="an output location is unusable, checked before any data is read: the table, record "
     "or curator path is a directory (or not a regular file), two outputs (the ledger and the "
@@ -289,7 +290,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E618",
     "an output or the ledger is an input of the release (checked before any data is read)",
-    ("compile", "evaluate"),
+    (*CHECK, "compile", "evaluate"),
     "dpql.release.commit",
     "dpql.evaluate.cli",
     details="the table, record, curator file, curator HMAC key or lifetime ledger is the spec, "
@@ -302,7 +303,7 @@ ENTRIES.error(
 ENTRIES.error(
     "E619",
     "the curator file or its HMAC key is inside the published folder",
-    COMPILE,
+    (*CHECK, "compile"),
     "dpql.release.commit",
     details="the curator file or `dpql-curator.key` is in the folder of the table or the record "
     "(or below it, when that folder holds neither the spec nor the data): that folder is meant "

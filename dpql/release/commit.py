@@ -53,6 +53,7 @@ def enforce_policy(
         lifetime_budget,
         lifetime_violations,
         planned_spend,
+        violation_pos,
     )
 
     if records is None:
@@ -77,7 +78,7 @@ def enforce_policy(
         Diagnostic(
             v.code,
             f"compile refused by the policy: {v.message}",
-            SourcePos(str(policy.path)),
+            violation_pos(v, spec, policy),
             (f"{v.hint}; " if v.hint else "")
             + (late if records is not None else "nothing was read or spent")
             + "; the lifetime total counts every ledger line (pending ones included)",

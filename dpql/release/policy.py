@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpql.diagnostics import DiagnosticError, InternalError
+from dpql.diagnostics import DiagnosticError, InternalError, SourcePos
 from dpql.domain import NumericColumn
 from dpql.privacy.accountant import (
     DEFAULT_ORDERS,
@@ -61,11 +61,17 @@ _SLACK = 1e-12  # float round-off in sums of epsilons must not fail a release at
 
 @dataclass(frozen=True)
 class Violation:
-    """One failed policy rule: a stable code, a one-line message and how to fix it."""
+    """One failed policy rule: a stable code, a one-line message and how to fix it.
+
+    ``spec_key`` or ``policy_key`` is the key path where the fix goes (``("privacy",
+    "epsilon")`` in the spec, ``("lifetime", "epsilon")`` in the policy): the diagnostic's
+    position (:func:`violation_pos`)."""
 
     code: str
     message: str
     hint: str | None = None
+    spec_key: tuple[str, ...] = ()
+    policy_key: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
@@ -370,6 +376,7 @@ def check_policy(
                 f"epsilon {spend.epsilon:g} exceeds max_epsilon {rules.max_epsilon:g}",
                 f"lower privacy.epsilon to at most {rules.max_epsilon:g} (dpql plan shows what "
                 "each requirement needs), or ask the policy's owner for a higher cap",
+                spec_key=("privacy", "epsilon"),
             )
         )
     if spend.delta > rules.max_delta:
@@ -378,6 +385,7 @@ def check_policy(
                 "P002",
                 f"delta {spend.delta:g} exceeds max_delta {rules.max_delta:g}",
                 f"lower privacy.delta to at most {rules.max_delta:g}",
+                spec_key=("privacy", "delta"),
             )
         )
     forbidden = {c.casefold() for c in rules.forbidden_columns}
@@ -388,6 +396,7 @@ def check_policy(
                     "P003",
                     f"column '{name}' is forbidden by the policy",
                     f"remove '{name}' from the schema (its values are then never read)",
+                    spec_key=("schema", name),
                 )
             )
     methods = [("synthesizer", spec.model.synthesizer.method)]
@@ -402,6 +411,7 @@ def check_policy(
                     f"{role} method '{method}' is not allowed by the policy",
                     f"use one of the policy's allowed_methods ({allowed}) as {role}.method"
                     + (" (no method: means auto)" if method == "auto" else ""),
+                    spec_key=(role, "method"),
                 )
             )
     if rules.require.public_bounds:
@@ -413,6 +423,7 @@ def check_policy(
                 f"delta {spend.delta:g} is not below 1/rows = {1.0 / spec.rows:.3g}",
                 f"lower privacy.delta below {1.0 / spec.rows:.3g}, e.g. "
                 f"{_smaller_delta(spec.rows):g}",
+                spec_key=("privacy", "delta"),
             )
         )
     if rules.max_minutes is not None and estimated_seconds is not None:
@@ -422,6 +433,7 @@ def check_policy(
                     "P009",
                     f"dpql compile is estimated to take about {estimated_seconds / 60:,.0f} "
                     f"minutes, over max_minutes {rules.max_minutes:g}",
+                    policy_key=("max_minutes",),
                 )
             )
     source = real_path(data if data is not None else spec.data_path)
@@ -429,6 +441,16 @@ def check_policy(
     if budget is not None:
         out += lifetime_violations(budget)
     return out
+
+
+def violation_pos(v: Violation, spec: LoadedSpec, policy: LoadedPolicy) -> SourcePos:
+    """Where ``v`` is fixed: its key (or the nearest key above it that is written) in the spec
+    or the policy, else the policy file."""
+    for doc, key in ((spec.doc, v.spec_key), (policy.doc, v.policy_key)):
+        for n in range(len(key), 0, -1):
+            if doc.has(key[:n]):
+                return doc.key_pos(key[:n])
+    return SourcePos(str(policy.path))
 
 
 def lifetime_violations(budget: LifetimeBudget) -> list[Violation]:
@@ -441,6 +463,7 @@ def lifetime_violations(budget: LifetimeBudget) -> list[Violation]:
                 f"exceeded: {budget.describe()}",
                 "lower privacy.epsilon, or release this data source no more: the lifetime cap "
                 "counts every earlier release in the ledger",
+                policy_key=("lifetime", "epsilon"),
             )
         )
     if budget.delta_exceeded:
@@ -449,6 +472,7 @@ def lifetime_violations(budget: LifetimeBudget) -> list[Violation]:
                 "P008",
                 f"delta exceeded: {budget.describe()}",
                 "lower privacy.delta: the lifetime cap adds the deltas of every release",
+                policy_key=("lifetime", "delta"),
             )
         )
     return out
@@ -471,6 +495,7 @@ def _public_bounds(spec: LoadedSpec) -> list[Violation]:
                     "P005",
                     f"column '{col.name}' lacks {what}",
                     "take the bounds or values from public documentation, never from the data",
+                    spec_key=("schema", col.name),
                 )
             )
     return out

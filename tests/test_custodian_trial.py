@@ -1,0 +1,75 @@
+"""What a custodian new to dpql met on a table it had never seen (R's ``car::Chile``): each
+message says where the fix goes, and ``dpql check`` refuses what ``dpql compile`` would refuse
+before reading data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpql.cli import main
+
+SPEC = """\
+dpql: 1
+name: pets
+data: {path: pets.csv, rows: 300}
+schema:
+  age: {type: numeric, min: 0, max: 100, integer: true, bins: 10}
+  pet: {type: categorical, values: [cat, dog, yak]}
+privacy: {epsilon: 1.0, delta: 1.0e-6}
+workload: [marginals(2)]
+synthesizer: {method: aim, rows: 300}
+output:
+  path: out/pets.csv
+  provenance: out/pets.provenance.json
+"""
+
+POLICY = """\
+dpql-policy: 1
+max_epsilon: 2.0
+max_delta: 1.0e-6
+lifetime:
+  epsilon: 0.5
+  ledger: ledger.jsonl
+"""
+
+
+@pytest.fixture()
+def spec(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(5)
+    pd.DataFrame(
+        {"age": rng.integers(0, 100, 300), "pet": rng.choice(["cat", "dog", "yak"], 300)}
+    ).to_csv(tmp_path / "pets.csv", index=False)
+    path = tmp_path / "pets.release.yaml"
+    path.write_text(SPEC, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("target", ["pets.csv", "pets.release.yaml"])
+def test_check_refuses_an_output_that_is_an_input(
+    spec: Path, target: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = (spec.parent / "pets.csv").read_bytes()
+    spec.write_text(SPEC.replace("path: out/pets.csv", f"path: {target}"), encoding="utf-8")
+    assert main(["check", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:11:9: error[E618]" in err, err  # at output.path, as compile says it
+    assert (spec.parent / "pets.csv").read_bytes() == data
+    assert not (spec.parent / "ledger.jsonl").exists()
+
+
+def test_check_puts_a_policy_violation_at_the_key_to_change(
+    spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = spec.parent / "policy.yaml"
+    policy.write_text(POLICY, encoding="utf-8")
+    assert main(["check", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{policy}:5:3: error[P007]" in err and "  = hint: lower privacy.epsilon" in err
+    policy.write_text(POLICY.replace("max_epsilon: 2.0", "max_epsilon: 0.5"), encoding="utf-8")
+    assert main(["check", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:7:" in err and "error[P001]" in err  # privacy.epsilon in the spec
