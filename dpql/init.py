@@ -260,7 +260,10 @@ def init_spec(
 ) -> tuple[Path, Draft]:
     """Draft and write a spec for ``data``; returns where and the draft. Raises
     :class:`DiagnosticError` (E031 existing output, E032 codebook, E40x data file)."""
+    from dpql.data.load import require_given_file
+
     data_path = Path(data)
+    require_given_file(data_path, "the data file")
     out = Path(output) if output is not None else default_output(data_path)
     if out.exists() or out.is_symlink():  # refused before the data file is opened
         raise _exists(out)

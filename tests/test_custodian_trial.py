@@ -73,3 +73,22 @@ def test_check_puts_a_policy_violation_at_the_key_to_change(
     assert main(["check", str(spec)]) == 1
     err = capsys.readouterr().err
     assert f"{spec}:7:" in err and "error[P001]" in err  # privacy.epsilon in the spec
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["init", "chlie.csv"],
+        ["evaluate", "pets.release.yaml", "--synthetic", "out/nothere.csv"],
+        ["evaluate", "pets.release.yaml", "--synthetic", "pets.csv", "--holdout", "nohold.csv"],
+    ],
+)
+def test_a_missing_file_named_on_the_command_line_is_relative_to_the_current_folder(
+    spec: Path, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(spec.parent)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error[E401]" in err and f"relative to the current folder {spec.parent}" in err
+    assert "data.path" not in err  # not the spec's key: the path was typed on the command line
+    assert sorted(p.name for p in spec.parent.iterdir()) == ["pets.csv", "pets.release.yaml"]

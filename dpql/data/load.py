@@ -114,6 +114,19 @@ def data_format(path: Path, declared: DataFormat | None = None) -> DataFormat:
     )
 
 
+def require_given_file(path: Path, given_as: str) -> None:
+    """E401 when ``path``, given on the command line as ``given_as`` (``--synthetic``, the
+    DATA argument), does not exist: said before any file is read, with the folder a relative
+    path is resolved against (the current one, not the spec's as for ``data.path``)."""
+    if not (path.exists() or path.is_symlink()):
+        raise error(
+            "E401",
+            f"{given_as} '{path}' does not exist",
+            path,
+            f"the path is relative to the current folder {Path.cwd()}, not to the spec's",
+        )
+
+
 def check_readable(path: Path) -> None:
     """E401 unless ``path`` is a readable regular file (a FIFO or device would block or never
     end; a symlink loop cannot be opened); E403 when it has no bytes."""

@@ -28,7 +28,7 @@ DUCKDB, SPARK = "dpql.data.engines.duckdb", "dpql.data.engines.spark"
 ENTRIES.error(
     "E401",
     "data file cannot be opened (missing, a directory, no permission)",
-    DATA_FILE,
+    ("init", *DATA_FILE),
     DATA_LOAD,
     points="the file",
 )
