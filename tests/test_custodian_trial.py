@@ -92,3 +92,18 @@ def test_a_missing_file_named_on_the_command_line_is_relative_to_the_current_fol
     assert "error[E401]" in err and f"relative to the current folder {spec.parent}" in err
     assert "data.path" not in err  # not the spec's key: the path was typed on the command line
     assert sorted(p.name for p in spec.parent.iterdir()) == ["pets.csv", "pets.release.yaml"]
+
+
+def test_dimension_wise_probability_names_the_null_category() -> None:
+    from dpql.domain import CategoricalColumn, Domain, EncodedTable
+    from dpql.evaluate.metrics import dimension_wise_probability
+
+    domain = Domain(
+        (CategoricalColumn("sex", ("F", "M"), nullable=True), CategoricalColumn("vote", ("N", "Y")))
+    )
+    real = EncodedTable(
+        domain, {"sex": np.array([0, 1, 2, 2]), "vote": np.array([0, 0, 1, 1])}, {}
+    )
+    d = dimension_wise_probability(real, real)
+    assert d.features == ("sex=F", "sex=M", "sex=(missing)", "vote=N", "vote=Y")
+    assert d.real == pytest.approx((0.25, 0.25, 0.5, 0.5, 0.5))  # one name per share

@@ -116,7 +116,9 @@ def test_progress_lines_when_stderr_is_not_a_terminal(
 
     argv = ["evaluate", str(spec), "--synthetic", str(spec.parent / "synthetic.csv")]
     assert main([*argv, "--output", str(spec.parent / "r")]) == 0
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
+    marginals = next(ln for ln in out.splitlines() if ln.lstrip().startswith("marginal "))
+    assert marginals.endswith(")") and " (marginal(" in marginals  # the worst one, named
     for step in ("workload", "train on synthetic, test on real", "dimension-wise prediction"):
         assert f"evaluate: {step} " in err, err
     assert "evaluate: dimension-wise prediction 6/6, " in err  # 3 columns x (real, synthetic)

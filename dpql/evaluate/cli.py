@@ -167,8 +167,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if report.headline is not None:
         print(f"  {report.headline.text()}")
     for c in report.workload:
+        top = next((q.description for q in report.worst_queries if q.kind == c.kind), None)
         print(f"  {c.kind:<10} {c.count:>6} queries  {c.metric} mean {readable(c.mean)}  "
-              f"max {readable(c.max)}")  # fmt: skip
+              f"max {readable(c.max)}" + (f" ({top})" if top else ""))  # fmt: skip
     verdict = {True: "pass", False: "FAIL", None: "-"}
     for r in report.requirements:
         # a model requirement is compile's test: one model fitted on the synthetic table,

@@ -147,9 +147,12 @@ class DimensionWiseProbability:
 def dimension_wise_probability(
     real: EncodedTable, synthetic: EncodedTable
 ) -> DimensionWiseProbability:
-    """Dimension-wise probability over the one-hot features of all categorical columns."""
+    """Dimension-wise probability over the one-hot features of all categorical columns, a
+    nullable column's null category included (``column=(missing)``), one name per share."""
     p, q = gan_metrics().dimension_wise_probability(real, synthetic)
-    names = tuple(f"{c.name}={v}" for c in real.domain.categorical for v in c.values)
+    names = tuple(
+        f"{c.name}={v}" for c in real.domain.categorical for v in bin_labels(real.domain, c.name)
+    )
     return DimensionWiseProbability(names, tuple(p.tolist()), tuple(q.tolist()))
 
 
