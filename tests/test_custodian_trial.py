@@ -107,3 +107,20 @@ def test_dimension_wise_probability_names_the_null_category() -> None:
     d = dimension_wise_probability(real, real)
     assert d.features == ("sex=F", "sex=M", "sex=(missing)", "vote=N", "vote=Y")
     assert d.real == pytest.approx((0.25, 0.25, 0.5, 0.5, 0.5))  # one name per share
+
+
+def test_every_argument_of_every_command_says_what_it_is() -> None:
+    import argparse
+
+    from dpql.cli.parser import build_parser
+
+    sub = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    bare = [
+        f"{name} {a.dest}"
+        for name, parser in sub.choices.items()
+        for a in parser._actions
+        if not a.help and not isinstance(a, argparse._HelpAction)
+    ]
+    assert bare == []

@@ -11,6 +11,9 @@ from dpql.cli.data import cmd_evaluate, cmd_init, cmd_validate
 from dpql.cli.plan import cmd_plan
 from dpql.cli.verify import cmd_keygen, cmd_verify
 
+SPEC_HELP = "the release spec (YAML; dpql init drafts one)"
+FORMAT_HELP = "json: one JSON document on stdout, on success and on failure (default: text)"
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -27,23 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "the data); an existing file is never overwritten")  # fmt: skip
     s.add_argument("--codebook", help="a public codebook (YAML or CSV, docs/init.md) that fills "
                    "types, bounds and categories")  # fmt: skip
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_init)
 
     s = sub.add_parser("plan", help="show the plan and predicted error; never reads data")
-    s.add_argument("spec")
+    s.add_argument("spec", help=SPEC_HELP)
     s.add_argument("--output", help="write the plan as versioned JSON")
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("check", help="validate a spec (and a policy) without data; for CI")
-    s.add_argument("spec")
+    s.add_argument("spec", help=SPEC_HELP)
     s.add_argument(
         "--policy",
         help="the privacy policy (default: the dpql.yaml or policy file found from the spec's "
         "folder upward)",
     )
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser(
@@ -57,11 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(.jsonl); default: the project's ledger found from the current folder upward",
     )
     s.add_argument("--policy", help="the privacy policy whose lifetime cap to report against")
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_ledger)
 
     s = sub.add_parser("compile", help="run the release: synthetic table + provenance record")
-    s.add_argument("spec")
+    s.add_argument("spec", help=SPEC_HELP)
     s.add_argument("--seed", type=int, help="fixes optimisation and row sampling (never DP noise)")
     s.add_argument("--quiet", action="store_true", help="no progress bars")
     s.add_argument(
@@ -87,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="enforce this privacy policy, lifetime caps included, before any data is read "
         "(default: the dpql.yaml or policy file found from the spec's folder upward)",
     )
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.add_argument(
         "--show-values",
         action="store_true",
@@ -113,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="recompute a provenance record's accounting and hashes, re-plan its spec, check "
         "its signature",
     )
-    s.add_argument("record")
+    s.add_argument("record", help="the provenance record (JSON) that dpql compile wrote")
     s.add_argument("--synthetic", help="the released table, to check its hash")
     s.add_argument(
         "--key",
@@ -121,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the curator's public key (KEYFILE.pub from dpql keygen): the record must carry "
         "its valid signature",
     )
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("keygen", help="make an Ed25519 key pair for signing provenance records")
@@ -131,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEYFILE",
         help="the private key's path (written with mode 0600); the public key goes to KEYFILE.pub",
     )
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_keygen)
 
     s = sub.add_parser(
@@ -139,15 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="curator-only strict look at the data: empty, undeclared and unreadable cells, "
         "malformed rows, with row numbers (outside the DP guarantee; never publish)",
     )
-    s.add_argument("spec")
+    s.add_argument("spec", help=SPEC_HELP)
     s.add_argument("--show-values", action="store_true", help="also list the offending values")
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser(
         "evaluate", help="curator-only utility report (uses private data; never publish)"
     )
-    s.add_argument("spec")
+    s.add_argument("spec", help=SPEC_HELP)
     s.add_argument("--synthetic", required=True, help="the synthetic table to evaluate")
     s.add_argument(
         "--holdout",
@@ -161,6 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
         "beside the release's curator-only file (curator/ next to the spec unless "
         "output.curator says otherwise), never the published output folder",
     )
-    s.add_argument("--format", choices=("text", "json"), default="text")
+    s.add_argument("--format", choices=("text", "json"), default="text", help=FORMAT_HELP)
     s.set_defaults(func=cmd_evaluate)
     return p
