@@ -171,11 +171,14 @@ def draft_spec(
         )
     stem = re.sub(r"[^A-Za-z0-9_-]+", "_", data.name.split(".")[0]) or "release"
     relative = os.path.relpath(data.resolve(), spec_path.resolve().parent)
+    untyped = any(n not in entries for n in names)
     source = (
         "the Parquet schema (names and storage types)"
         if fmt == "parquet"
         else "the CSV header (names only: choose each column's type)"
-    )
+        if untyped
+        else "the CSV header (names only)"
+    ) + (f" and the codebook {codebook.name}" if codebook is not None else "")
     lines = [
         "# Draft release spec written by `dpql init` from",
         f"# {source}; no cell of the data file was read.",

@@ -124,3 +124,18 @@ def test_every_argument_of_every_command_says_what_it_is() -> None:
         if not a.help and not isinstance(a, argparse._HelpAction)
     ]
     assert bare == []
+
+
+def test_a_draft_from_a_full_codebook_does_not_ask_for_types(spec: Path) -> None:
+    book = spec.parent / "pets.codebook.yaml"
+    book.write_text(
+        "rows: 300\ncolumns:\n  age: {type: numeric, min: 0, max: 100}\n"
+        "  pet: {type: categorical, values: [cat, dog, yak]}\n",
+        encoding="utf-8",
+    )
+    draft = spec.parent / "draft.yaml"
+    assert main(["init", str(spec.parent / "pets.csv"), "--output", str(draft),
+                 "--codebook", str(book)]) == 0  # fmt: skip
+    head = draft.read_text(encoding="utf-8").splitlines()[1]
+    assert head == "# the CSV header (names only) and the codebook pets.codebook.yaml; no cell of " \
+        "the data file was read."
