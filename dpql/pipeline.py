@@ -186,6 +186,7 @@ def compile_release(
     """
     if noise is not None and getattr(noise, "reproducible", False) and not allow_reproducible_noise:
         raise InternalError("refusing to release with a reproducible (test-only) noise source")
+    from dpql.data.load import require_spec_data_file
     from dpql.data.private import DataSource, open_private
     from dpql.postprocess.policy import DEFAULT_POLICY
     from dpql.postprocess.run import run_postprocess
@@ -199,6 +200,8 @@ def compile_release(
         source = Path(data) if isinstance(data, (str, os.PathLike)) else None
         inputs = release_inputs(spec, policy_path, signing_key, data=source)
         _refuse_outputs_on_inputs(spec, targets, ledger_path, inputs)  # before a ledger is read
+        if data is None:  # before the ledger's lock file is made
+            require_spec_data_file(spec)
         choice = choose_ledger(spec, ledger=ledger_path, policy=policy_path, data=source)
         policy, ledger_file = choice.policy, choice.ledger
         _preflight(spec, plan, targets, choice, force, notify, inputs)

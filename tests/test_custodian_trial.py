@@ -139,3 +139,23 @@ def test_a_draft_from_a_full_codebook_does_not_ask_for_types(spec: Path) -> None
     head = draft.read_text(encoding="utf-8").splitlines()[1]
     assert head == "# the CSV header (names only) and the codebook pets.codebook.yaml; no cell of " \
         "the data file was read."
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compile", "pets.release.yaml", "--quiet"],
+        ["validate", "pets.release.yaml"],
+        ["evaluate", "pets.release.yaml", "--synthetic", "synthetic.csv"],
+    ],
+)
+def test_a_missing_data_file_is_reported_at_data_path(
+    spec: Path, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(spec.parent)
+    (spec.parent / "pets.csv").rename(spec.parent / "synthetic.csv")
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{spec.name}:3:14: error[E401]" in err, err
+    assert f"data.path is relative to the spec's folder {spec.parent}" in err
+    assert sorted(p.name for p in spec.parent.iterdir()) == ["pets.release.yaml", "synthetic.csv"]

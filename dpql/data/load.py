@@ -47,6 +47,7 @@ from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import Domain
 
 if TYPE_CHECKING:
+    from dpql.spec.load import LoadedSpec
     from dpql.spec.models import ReleaseSpec
 
 DataFormat = Literal["csv", "parquet"]
@@ -125,6 +126,25 @@ def require_given_file(path: Path, given_as: str) -> None:
             path,
             f"the path is relative to the current folder {Path.cwd()}, not to the spec's",
         )
+
+
+def require_spec_data_file(spec: LoadedSpec) -> None:
+    """E401 at the spec's ``data.path`` when no file is there (before anything is read), with
+    the folder the path is relative to; other unreadable files are :func:`check_readable`'s."""
+    path = spec.data_path
+    if path.exists() or path.is_symlink():
+        return
+    where = spec.doc.value_pos(("data", "path")) if spec.doc.has(("data", "path")) else None
+    raise DiagnosticError(
+        [
+            Diagnostic(
+                "E401",
+                f"data file '{path}' does not exist",
+                where or SourcePos(str(spec.path)),
+                f"data.path is relative to the spec's folder {spec.path.parent}",
+            )
+        ]
+    )
 
 
 def check_readable(path: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from dpql.data.codec import MissingPolicy
 from dpql.data.engines import InMemoryEngine, open_engine
 from dpql.data.frame import encode_dataframe
-from dpql.data.load import load_public_table, rules_from_spec
+from dpql.data.load import load_public_table, require_spec_data_file, rules_from_spec
 from dpql.data.measure import CuratorSummary, PrivateMeasurer
 from dpql.data.rows import open_private_rows
 from dpql.domain import Domain, EncodedTable
@@ -51,6 +51,7 @@ class DataSource:
         missing, other = rules_from_spec(spec.model)
         d = spec.model.data
         if data is None:
+            require_spec_data_file(spec)
             return cls(spec.data_path, spec.domain, spec.rows, d.engine, d.format, missing, other)
         if isinstance(data, str | os.PathLike):
             return cls(Path(data), spec.domain, spec.rows, d.engine, None, missing, other)

@@ -101,7 +101,12 @@ def make_report(
     ``progress``: True for bars on a terminal (plain lines otherwise) on stderr, a callable
     ``progress(step, done, total)``, or False. Raises :class:`DiagnosticError` for bad input,
     including a missing scikit-learn or matplotlib (E602)."""
-    from dpql.data.load import read_frame, require_given_file, rules_from_spec
+    from dpql.data.load import (
+        read_frame,
+        require_given_file,
+        require_spec_data_file,
+        rules_from_spec,
+    )
     from dpql.plan.planner import build_plan
     from dpql.progress import progress_bars
     from dpql.spec.load import load_spec
@@ -110,6 +115,7 @@ def make_report(
     plan = build_plan(spec)
     out = Path(output) if output else default_report_dir(spec, Path(synthetic))
     _check_report_dir(spec, out, synthetic, holdout)
+    require_spec_data_file(spec)
     require_given_file(Path(synthetic), "--synthetic")
     if holdout:
         require_given_file(Path(holdout), "--holdout")
