@@ -159,3 +159,12 @@ def test_a_missing_data_file_is_reported_at_data_path(
     assert f"{spec.name}:3:14: error[E401]" in err, err
     assert f"data.path is relative to the spec's folder {spec.parent}" in err
     assert sorted(p.name for p in spec.parent.iterdir()) == ["pets.release.yaml", "synthetic.csv"]
+
+
+def test_verify_reports_a_problem_like_every_other_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "nothere.provenance.json"
+    assert main(["verify", str(record)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"{record}: error[V000]: cannot read")

@@ -10,6 +10,7 @@ from dpql.cli.output import (
     EXIT_INPUT,
     EXIT_OK,
     emit_json,
+    report_diagnostics,
 )
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 
@@ -29,8 +30,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if result.problems:
         if args.format == "json":
             return emit_json(doc, EXIT_INPUT)
-        for p in result.problems:
-            print(f"{path}: {p.code}: {p.message}")
+        report_diagnostics(
+            [Diagnostic(p.code, p.message, SourcePos(str(path))) for p in result.problems], "text"
+        )
         return EXIT_INPUT
     record = result.record
     spent = record["privacy"]["spent"]
