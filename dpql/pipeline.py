@@ -48,6 +48,7 @@ from dpql.release.commit import (
     stage_release,
     stage_text,
     staged_path,
+    write_frame,
 )
 from dpql.release.curator import curator_key, curator_path, curator_record
 from dpql.release.project import LedgerChoice, choose_ledger
@@ -74,12 +75,10 @@ class CompileResult:
 
 
 def write_table(df: pd.DataFrame, path: Path) -> None:
-    """CSV or Parquet by the output's extension, written atomically, mode 0666 & ~umask."""
+    """CSV, gzip CSV or Parquet by the output's extension, written atomically, mode 0666 &
+    ~umask."""
     with atomic_path(path) as tmp:
-        if path.suffix == ".parquet":
-            df.to_parquet(tmp, index=False)
-        else:
-            df.to_csv(tmp, index=False)
+        write_frame(df, tmp, path.name)
 
 
 def open_measurer(spec: LoadedSpec, ledger: Ledger, noise: NoiseSource) -> Any:

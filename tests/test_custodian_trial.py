@@ -48,12 +48,11 @@ def spec(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("target", ["pets.csv", "pets.release.yaml"])
 def test_check_refuses_an_output_that_is_an_input(
-    spec: Path, target: str, capsys: pytest.CaptureFixture[str]
+    spec: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = (spec.parent / "pets.csv").read_bytes()
-    spec.write_text(SPEC.replace("path: out/pets.csv", f"path: {target}"), encoding="utf-8")
+    spec.write_text(SPEC.replace("path: out/pets.csv", "path: pets.csv"), encoding="utf-8")
     assert main(["check", str(spec)]) == 1
     err = capsys.readouterr().err
     assert f"{spec}:11:9: error[E618]" in err, err  # at output.path, as compile says it
@@ -168,3 +167,29 @@ def test_verify_reports_a_problem_like_every_other_error(
     assert main(["verify", str(record)]) == 1
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"{record}: error[V000]: cannot read")
+
+
+def test_an_output_name_of_no_known_format_is_refused_at_plan(
+    spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec.write_text(SPEC.replace("out/pets.csv", "out/pets.cvs"), encoding="utf-8")
+    assert main(["plan", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:11:9: error[E110]" in err and "*.csv, *.csv.gz or *.parquet" in err
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.csv.gz", "t.parquet", "t.pq"])
+def test_the_table_is_written_in_the_format_its_name_implies(tmp_path: Path, name: str) -> None:
+    from dpql.data.load import data_format, read_frame
+    from dpql.release.commit import write_frame
+
+    df = pd.DataFrame({"a": ["1", "2"], "b": ["x", ""]})
+    staged = tmp_path / f".{name}.staged"
+    write_frame(df, staged, name)
+    target = staged.rename(tmp_path / name)
+    back = read_frame(target, data_format(target)).fillna("")
+    assert back.astype(str).values.tolist() == [["1", "x"], ["2", ""]]
+    if name.endswith(".gz"):  # no time stamp: the same table gives the same bytes
+        again = tmp_path / "again.csv.gz"
+        write_frame(df, again, name)
+        assert again.read_bytes() == target.read_bytes()

@@ -218,11 +218,13 @@ ENTRIES.error(
 )
 ENTRIES.error(
     "E110",
-    "data format cannot be inferred from the path; set data.format",
+    "a file's format cannot be inferred from its path (data.path, output.path)",
     PLANS,
     CHECKS,
-    details="data format cannot be inferred from the path's extension; set `data.format`",
-    points="`data.path`",
+    details="a file's format cannot be inferred from its extension: `data.path` without "
+    "`data.format`, or `output.path`, which must end in .csv, .csv.gz or .parquet (the table is "
+    "written in the format its name implies, and read back by that name)",
+    points="`data.path` or `output.path`",
 )
 ENTRIES.error(
     "E111",

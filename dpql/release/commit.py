@@ -6,7 +6,9 @@ nothing or a complete release recorded in the lifetime ledger."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import os
 import signal
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpql.data.codec import decode
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
@@ -25,7 +27,11 @@ from dpql.io import public_mode
 from dpql.plan.planner import ReleasePlan
 from dpql.privacy.ledger import Ledger
 from dpql.release.provenance import build_record, sha256_json
+from dpql.spec.checks import implied_format
 from dpql.spec.load import LoadedPolicy, LoadedSpec, normalised_spec_json
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Interrupted(KeyboardInterrupt):
@@ -335,6 +341,23 @@ def _nearest_existing(folder: Path) -> Path:
 STAGED = ".dpql-{txid}.staged"  # a staged output: ``.<name>.dpql-<pid>-<hex>.staged``
 
 
+def write_frame(df: pd.DataFrame, path: Path, name: str) -> None:
+    """``df`` at ``path`` in the format the table's file ``name`` implies (checked at load,
+    E110): Parquet, gzip CSV (with no name or time stamp in its header, so equal tables give
+    equal bytes) or CSV."""
+    if implied_format(name) == "parquet":
+        df.to_parquet(path, index=False)
+    elif name.lower().endswith(".gz"):
+        with (
+            open(path, "wb") as raw,
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
+            io.TextIOWrapper(packed, encoding="utf-8", newline="") as text,
+        ):
+            df.to_csv(text, index=False)
+    else:
+        df.to_csv(path, index=False)
+
+
 def staged_path(target: Path, txid: str) -> Path:
     """Where ``target``'s staged file of transaction ``txid`` is written: beside it, hidden,
     named so that :func:`remove_orphans` and ledger recovery recognise it."""
@@ -401,10 +424,7 @@ def stage_release(
     for role in ("table", "record"):  # the curator folder is made 0700 by its writer
         targets[role].parent.mkdir(parents=True, exist_ok=True)
     df = decode(table)
-    if out.suffix == ".parquet":
-        _stage(staged["table"], lambda p: df.to_parquet(p, index=False), public_mode())
-    else:
-        _stage(staged["table"], lambda p: df.to_csv(p, index=False), public_mode())
+    _stage(staged["table"], lambda p: write_frame(df, p, out.name), public_mode())
     spec_json = json.loads(normalised_spec_json(spec.model))
     record = build_record(
         spec_json=spec_json,

@@ -65,6 +65,16 @@ def spec_checks(spec: ReleaseSpec, doc: YamlDoc) -> list[Diagnostic]:
                 "add 'format: csv' or 'format: parquet' under data",
             )
         )
+    if implied_format(spec.output.path) is None:  # the table is written as its name says
+        out.append(
+            Diagnostic(
+                "E110",
+                f"cannot tell the format of the table '{spec.output.path}' from its extension",
+                doc.value_pos(("output", "path")),
+                "name the table *.csv, *.csv.gz or *.parquet: it is written in that format, "
+                "and dpql evaluate and other readers tell it by that name",
+            )
+        )
     return out
 
 
