@@ -426,7 +426,10 @@ class PostprocessSpec(SpecModel):
 
 
 class OutputSpec(SpecModel):
-    path: PathStr = Field(description="Synthetic table, relative to the spec file.")
+    path: PathStr = Field(
+        description="Synthetic table, relative to the spec file, written in the format its name "
+        "says: *.csv, *.csv.gz or *.parquet."
+    )
     provenance: PathStr = Field(description="Provenance record (JSON).")
     ledger: PathStr | None = Field(
         None,
