@@ -193,3 +193,19 @@ def test_the_table_is_written_in_the_format_its_name_implies(tmp_path: Path, nam
         again = tmp_path / "again.csv.gz"
         write_frame(df, again, name)
         assert again.read_bytes() == target.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("requirement", "hint"),
+    [
+        ("mean(pet) within 0.1", 'the share of one of its categories is count(pet == "cat"); '
+         "numeric columns: age"),
+        ("logistic(pet ~ age) within 0.05", "no categorical column of the schema has 2 values"),
+    ],
+)
+def test_a_column_of_the_wrong_kind_gets_a_hint_from_the_schema(
+    spec: Path, requirement: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec.write_text(SPEC.replace("workload:", f"requirements: [{requirement}]\nworkload:"))
+    assert main(["plan", str(spec)]) == 1
+    assert f"  = hint: {hint}" in capsys.readouterr().err

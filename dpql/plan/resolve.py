@@ -366,6 +366,14 @@ def _tolerance(s: Scope, t: A.Within | A.MetricBound, kind: str) -> Tolerance | 
     return None
 
 
+def _two_valued_hint(s: Scope) -> str:
+    """The schema's two-valued categorical columns, which logistic can predict."""
+    names = [c.name for c in s.domain.categorical if len(c.values) == 2]
+    if not names:
+        return "no categorical column of the schema has 2 values"
+    return "two-valued columns: " + ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+
+
 def _model(s: Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requirement | None:
     if m.kind == "logistic":
         label = lookup_column(s, m.label, "the label of logistic", "categorical")
@@ -377,6 +385,7 @@ def _model(s: Scope, m: A.Model, tol: Tolerance | None, text: str) -> Requiremen
                 f"the label of logistic must have exactly 2 values; '{label.name}' has "
                 f"{len(label.values)}",
                 m.label,
+                _two_valued_hint(s),
             )
             label = None
     else:

@@ -52,9 +52,28 @@ def lookup_column(
         return None
     c = s.domain[col.name]
     if kind is not None and c.kind != kind:
-        s.error("E302", f"{construct} needs a {kind} column; '{c.name}' is {c.kind}", col)
+        s.error(
+            "E302", f"{construct} needs a {kind} column; '{c.name}' is {c.kind}", col,
+            _kind_hint(s, c, kind),
+        )  # fmt: skip
         return None
     return c
+
+
+def _kind_hint(s: Scope, c: Column, kind: Kind) -> str:
+    """What to write instead of a column of the wrong kind (from the public schema)."""
+    if isinstance(c, CategoricalColumn) and c.values:
+        return (
+            f"the share of one of its categories is "
+            f"count({A.column_text(c.name)} == {A.string_text(c.values[0])}); "
+            f"{kind} columns: {_names(s, kind)}"
+        )
+    return f"{kind} columns: {_names(s, kind)}"
+
+
+def _names(s: Scope, kind: Kind) -> str:
+    names = [c.name for c in s.domain if c.kind == kind]
+    return ", ".join(names[:8]) + (", ..." if len(names) > 8 else "") or "none in the schema"
 
 
 def _distinct(s: Scope, cols: Sequence[A.Column], construct: str) -> bool:
