@@ -209,3 +209,12 @@ def test_a_column_of_the_wrong_kind_gets_a_hint_from_the_schema(
     spec.write_text(SPEC.replace("workload:", f"requirements: [{requirement}]\nworkload:"))
     assert main(["plan", str(spec)]) == 1
     assert f"  = hint: {hint}" in capsys.readouterr().err
+
+
+def test_plan_says_none_for_a_room_it_could_not_buy(
+    spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec.write_text(SPEC.replace("workload:", "requirements: [mean(age) within 0.5]\nworkload:"))
+    assert main(["plan", str(spec)]) == 0
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "room for the table t - 2 sd = none (2 sd >= t)" in out, out

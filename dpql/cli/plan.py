@@ -182,7 +182,9 @@ def _split_text(plan: Any) -> str:
         t = req.tolerance.within
         if t is None or sd != sd:
             return ""
-        return f"; test sd {sd:.3g}, room for the table t - {Z:g} sd = {t - Z * sd:.3g}"
+        left = t - Z * sd  # round-off of a room bought to the tolerance's edge is no room
+        shown = f"{left:.3g}" if left > 1e-6 * t else f"none ({Z:g} sd >= t)"
+        return f"; test sd {sd:.3g}, room for the table t - {Z:g} sd = {shown}"
 
     sds = split.planned_sd or (float("nan"),) * len(split.given)
     parts = [
