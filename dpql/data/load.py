@@ -124,7 +124,8 @@ def require_given_file(path: Path, given_as: str) -> None:
             "E401",
             f"{given_as} '{path}' does not exist",
             path,
-            f"the path is relative to the current folder {Path.cwd()}, not to the spec's",
+            f"the path is relative to the current folder {Path.cwd()}"
+            + (", not to the spec's" if given_as.startswith("--") else ""),
         )
 
 
