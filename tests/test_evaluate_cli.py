@@ -77,9 +77,11 @@ def test_evaluate_rejects_unknown_label(spec: Path, capsys: pytest.CaptureFixtur
     argv = ["evaluate", str(spec), "--synthetic", str(spec.parent / "synthetic.csv")]
     rc = main([*argv, "--output", str(spec.parent / "r"), "--label", "aa", "--format", "json"])
     assert rc == 1
-    (d,) = json.loads(capsys.readouterr().out)["diagnostics"]
+    out, err = capsys.readouterr()
+    (d,) = json.loads(out)["diagnostics"]
     assert d["code"] == "E601" and "did you mean 'a'" in d["hint"]
     assert not (spec.parent / "r").exists()  # nothing written
+    assert "CONFIDENTIAL" not in err  # refused before the private data is read
 
 
 def test_default_report_is_curator_only_beside_the_release(
@@ -119,6 +121,7 @@ def test_progress_lines_when_stderr_is_not_a_terminal(
     out, err = capsys.readouterr()
     marginals = next(ln for ln in out.splitlines() if ln.lstrip().startswith("marginal "))
     assert marginals.endswith(")") and " (marginal(" in marginals  # the worst one, named
+    assert "  predicting 'a', trained on real / on synthetic, tested on real:" in out
     for step in ("workload", "train on synthetic, test on real", "dimension-wise prediction"):
         assert f"evaluate: {step} " in err, err
     assert "evaluate: dimension-wise prediction 6/6, " in err  # 3 columns x (real, synthetic)

@@ -22,7 +22,7 @@ import pandas as pd
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.evaluate.deps import INSTALL_HINT, MissingExtraError
 from dpql.evaluate.metrics import readable
-from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report
+from dpql.evaluate.report import PRIVATE_WARNING, EvaluationReport, build_report, check_label
 
 if TYPE_CHECKING:
     from dpql.spec.load import LoadedSpec
@@ -113,6 +113,8 @@ def make_report(
 
     spec = load_spec(spec_path)
     plan = build_plan(spec)
+    if label is not None:  # before the private data is read
+        check_label(spec.domain, label)
     out = Path(output) if output else default_report_dir(spec, Path(synthetic))
     _check_report_dir(spec, out, synthetic, holdout)
     require_spec_data_file(spec)
@@ -185,6 +187,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
             f"  {verdict[r.passed]:<4} {r.requirement}{model}: real {readable(r.real)}, "
             f"synthetic {readable(r.synthetic)} ({r.tolerance or 'no tolerance'})"
         )
+    if report.tstr:
+        print(f"  predicting '{report.label}', trained on real / on synthetic, tested on real:")
     for t in report.tstr:
         print(
             f"  {t.model:<8} accuracy real {t.train_on_real.accuracy:.3f} / synthetic "

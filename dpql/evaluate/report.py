@@ -167,7 +167,7 @@ def default_label(domain: Domain, requirements: Sequence[Requirement]) -> str | 
     return binary[-1] if binary else None
 
 
-def _check_label(domain: Domain, label: str) -> None:
+def check_label(domain: Domain, label: str) -> None:
     """E601 unless ``label`` names a categorical column."""
     if label not in domain:
         msg, hint = f"label '{label}' is not a column", did_you_mean(label, domain.names)
@@ -228,7 +228,7 @@ def build_report(
         require("matplotlib")
     label = label or default_label(domain, requirements)
     if label is not None:
-        _check_label(domain, label)
+        check_label(domain, label)
 
     def encode(df: pd.DataFrame, source: str) -> EncodedTable:
         return encode_table(df, domain, missing, other, source)
