@@ -4,6 +4,7 @@ before reading data."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,9 @@ def test_check_puts_a_policy_violation_at_the_key_to_change(
     assert main(["check", str(spec)]) == 1
     err = capsys.readouterr().err
     assert f"{spec}:7:" in err and "error[P001]" in err  # privacy.epsilon in the spec
+    assert main(["check", str(spec), "--format", "json"]) == 1
+    first = json.loads(capsys.readouterr().out)["violations"][0]
+    assert (first["code"], first["file"], first["line"]) == ("P001", str(spec), 7)
 
 
 @pytest.mark.parametrize(

@@ -56,16 +56,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     )  # fmt: skip
     violations = getattr(result, "violations", result)
     summary = getattr(result, "summary", None)
-    if as_json and violations:
+    found = [
+        Diagnostic(v.code, v.message, violation_pos(v, spec, policy), v.hint) for v in violations
+    ]
+    if as_json and violations:  # each with its file, line and column, for CI annotations
         return emit_json(
-            {**doc, "ok": False, "violations": [_violation_json(v) for v in violations],
-             "summary": summary},
+            {**doc, "ok": False, "violations": [d.to_json() for d in found], "summary": summary},
             EXIT_INPUT,
-        )  # fmt: skip
-    report_diagnostics(
-        [Diagnostic(v.code, v.message, violation_pos(v, spec, policy), v.hint) for v in violations],
-        "text",
-    )
+        )
+    report_diagnostics(found, "text")
     if summary:
         print(summary)
     if violations:
@@ -86,10 +85,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     for note in notes[1:]:
         print(f"{args.spec}: note: {note}")
     return EXIT_OK
-
-
-def _violation_json(v: Any) -> dict[str, Any]:
-    return {"code": v.code, "message": v.message, "hint": getattr(v, "hint", None)}
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
