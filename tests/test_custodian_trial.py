@@ -222,3 +222,17 @@ def test_plan_says_none_for_a_room_it_could_not_buy(
     assert main(["plan", str(spec)]) == 0
     out = capsys.readouterr().out.replace("\n", " ")
     assert "room for the table t - 2 sd = none (2 sd >= t)" in out, out
+
+
+def test_validate_says_how_rows_are_numbered_and_counts_malformed_rows_as_empty(
+    spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = spec.parent / "pets.csv"
+    lines = data.read_text(encoding="utf-8").splitlines()
+    lines[3] += ",extra"  # data row 3: one field too many
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["validate", str(spec)]) == 1
+    out = capsys.readouterr().out
+    assert "rows are numbered from 1 after the header" in out
+    assert "1 malformed row(s) (wrong number of fields or not UTF-8), rows 3:" in out
+    assert "  pet: 1 empty cell(s) (malformed rows included), rows 3 -> missing: keep" in out

@@ -102,8 +102,11 @@ def render(found: Validation, domain: Domain, show_values: bool = False) -> str:
     """The text report: one line per kind of finding and column."""
     lines = [
         "CURATOR-ONLY: a look at the private data outside the DP guarantee; do not share.",
-        f"{found.source}: {found.rows} rows read (data.rows = {found.public_rows})",
+        f"{found.source}: {found.rows} rows read (data.rows = {found.public_rows}); rows are "
+        "numbered from 1 after the header",
     ]
+    # a malformed row's cells are empty cells of every column too
+    empty = "empty cell(s) (malformed rows included)" if found.malformed_count else "empty cell(s)"
     if found.malformed_count:
         lines.append(
             f"  {found.malformed_count} malformed row(s) (wrong number of fields or not UTF-8), "
@@ -114,7 +117,7 @@ def render(found: Validation, domain: Domain, show_values: bool = False) -> str:
         rule = found.rules[c.column]
         if c.empty:
             lines.append(
-                f"  {c.column}: {c.empty} empty cell(s), rows "
+                f"  {c.column}: {c.empty} {empty}, rows "
                 f"{_list(c.rows['empty'], c.empty)} -> missing: {rule}"
             )
         if c.declared:
