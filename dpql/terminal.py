@@ -78,3 +78,8 @@ class SafeConsole(Console):
             Segment(printable(s.text), s.style, s.control) if not s.control else s
             for s in buffer
         )
+
+    def on_broken_pipe(self) -> None:
+        """The reader went away: raised as for a plain ``print`` (``dpql.cli`` ends quietly
+        with 141), not rich's exit 1, which reads as a problem in the user's input."""
+        raise BrokenPipeError

@@ -236,3 +236,19 @@ def test_validate_says_how_rows_are_numbered_and_counts_malformed_rows_as_empty(
     assert "rows are numbered from 1 after the header" in out
     assert "1 malformed row(s) (wrong number of fields or not UTF-8), rows 3:" in out
     assert "  pet: 1 empty cell(s) (malformed rows included), rows 3 -> missing: keep" in out
+
+
+@pytest.mark.parametrize("command", ["plan", "validate"])  # rich's console, and plain print
+def test_a_reader_that_goes_away_is_no_internal_error(spec: Path, command: str) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen(
+        [sys.executable, "-m", "dpql", command, str(spec)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root,
+    )  # fmt: skip
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # `dpql plan S | head` once head has what it wants
+    err = p.stderr.read().decode()
+    assert p.wait() == 141 and "internal error" not in err and "Traceback" not in err, err
