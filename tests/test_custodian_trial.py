@@ -252,3 +252,14 @@ def test_a_reader_that_goes_away_is_no_internal_error(spec: Path, command: str) 
     p.stdout.close()  # `dpql plan S | head` once head has what it wants
     err = p.stderr.read().decode()
     assert p.wait() == 141 and "internal error" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("target", ["pets.csv", "pets.release.yaml", "out/pets.csv"])
+def test_plan_output_never_replaces_a_release_file(
+    spec: Path, target: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(spec.parent)
+    before = {p.name: p.read_bytes() for p in spec.parent.iterdir()}
+    assert main(["plan", spec.name, "--output", target]) == 1
+    assert f"{target}: error[E618]: the plan file {target} is the " in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in spec.parent.iterdir()} == before

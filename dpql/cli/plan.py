@@ -18,6 +18,7 @@ from dpql.cli.output import (
     out,
     report_diagnostics,
 )
+from dpql.diagnostics import DiagnosticError
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -34,7 +35,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["auto"] = {k: plan.synth.options[k] for k in ("chosen", "reason")}
     if args.output:
         from dpql.io import write_json
+        from dpql.release.commit import overwrites_release_file
 
+        problems = overwrites_release_file(spec, Path(args.output), "the plan file")
+        if problems:
+            raise DiagnosticError(problems)
         write_json(data, Path(args.output))
     if args.format == "json":
         print(json.dumps(data, indent=2))

@@ -290,14 +290,14 @@ ENTRIES.error(
 ENTRIES.error(
     "E618",
     "an output or the ledger is an input of the release (checked before any data is read)",
-    (*CHECK, "compile", "evaluate"),
+    ("plan", *CHECK, "compile", "evaluate"),
     "dpql.release.commit",
     "dpql.evaluate.cli",
     details="the table, record, curator file, curator HMAC key or lifetime ledger is the spec, "
     "the data file, a values or group file, the external table, the policy or the signing key "
     "(the same path, after resolving links, or the same file): writing it would destroy the "
-    "input; or `dpql evaluate`'s report folder is or holds one of its inputs. Nothing is read "
-    "or spent",
+    "input; or `dpql evaluate`'s report folder is or holds one of its inputs; or `dpql plan "
+    "--output` is one of the release's files. Nothing is read, written or spent",
     points="the output's path in the spec",
 )
 ENTRIES.error(

@@ -136,6 +136,29 @@ def release_inputs(
     return inputs
 
 
+def overwrites_release_file(spec: LoadedSpec, target: Path, what: str) -> list[Diagnostic]:
+    """E618 when ``target``, a file a command writes beside a release (``what``: "the plan
+    file"), is one of the release's inputs (:func:`release_inputs`) or outputs."""
+    from dpql.release.curator import curator_path
+    from dpql.spec.files import same_file
+
+    files = release_inputs(spec) | {
+        "table": spec.resolve(spec.model.output.path),
+        "record": spec.resolve(spec.model.output.provenance),
+        "curator file": curator_path(spec),
+    }
+    return [
+        Diagnostic(
+            "E618",
+            f"{what} {target} is the {role}: writing it would destroy it",
+            SourcePos(str(target)),
+            "give it a file of its own, e.g. plan.json",
+        )
+        for role, path in files.items()
+        if same_file(target.absolute(), path)
+    ][:1]
+
+
 def curator_key_path(targets: dict[str, Path]) -> Path | None:
     """The curator HMAC key file a compile may create (none with ``$DPQL_CURATOR_KEY``)."""
     from dpql.release.curator import CURATOR_KEY_ENV, KEY_FILE_NAME
