@@ -263,3 +263,16 @@ def test_plan_output_never_replaces_a_release_file(
     assert main(["plan", spec.name, "--output", target]) == 1
     assert f"{target}: error[E618]: the plan file {target} is the " in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in spec.parent.iterdir()} == before
+
+
+@pytest.mark.parametrize("folder", ["out", "out/report"])
+def test_evaluate_never_writes_its_report_into_the_published_folder(
+    spec: Path, folder: str, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.chdir(spec.parent)
+    (spec.parent / "out").mkdir()
+    argv = ["evaluate", spec.name, "--synthetic", "pets.csv", "--output", folder]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert f"{folder}: error[E619]: the report folder {folder} is inside the published" in err
+    assert "CONFIDENTIAL" not in err and not any((spec.parent / "out").iterdir())

@@ -302,12 +302,14 @@ ENTRIES.error(
 )
 ENTRIES.error(
     "E619",
-    "the curator file or its HMAC key is inside the published folder",
-    (*CHECK, "compile"),
+    "the curator file or its HMAC key, or an evaluation report, is inside the published folder",
+    (*CHECK, "compile", "evaluate"),
     "dpql.release.commit",
+    "dpql.evaluate.cli",
     details="the curator file or `dpql-curator.key` is in the folder of the table or the record "
     "(or below it, when that folder holds neither the spec nor the data): that folder is meant "
-    "to be published whole, and the curator file and key never are. Nothing is read or spent",
+    "to be published whole, and the curator file and key never are; or `dpql evaluate --output` "
+    "is there. Nothing is read or spent",
     points="`output.curator`",
 )
 ENTRIES.error(

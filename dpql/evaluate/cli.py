@@ -48,9 +48,25 @@ def _check_report_dir(
     spec: LoadedSpec, output: Path, synthetic: str | Path, holdout: str | Path | None
 ) -> None:
     """E618 before any data is read when the report folder is an input or holds one (the
-    report's files would replace it): the spec, the data, the public files, the tables."""
-    from dpql.release.commit import release_inputs
+    report's files would replace it): the spec, the data, the public files, the tables; E619
+    when it is in the release's published folder (the report is never published)."""
+    from dpql.release.commit import published_folder_of, release_inputs
     from dpql.spec.files import same_file
+
+    published = published_folder_of(spec, output.absolute())
+    if published is not None:
+        raise DiagnosticError(
+            [
+                Diagnostic(
+                    "E619",
+                    f"the report folder {output} is inside the published folder {published}",
+                    SourcePos(str(output)),
+                    "the report is computed on the private data and never published: give "
+                    "--output a folder outside it, or none (the default is beside the curator "
+                    "file, curator/ next to the spec)",
+                )
+            ]
+        )
 
     inputs = release_inputs(spec) | {"synthetic table": Path(synthetic).absolute()}
     if holdout:

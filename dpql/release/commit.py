@@ -324,6 +324,19 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
+def published_folder_of(spec: LoadedSpec, path: Path) -> Path | None:
+    """The folder of the release's table or record that ``path`` lies in when that folder is
+    published whole (E619's rule: ``path`` is that folder, or the folder holds neither the
+    spec nor the data file), else None."""
+    private = (spec.path, spec.data_path)
+    for folder in (spec.resolve(spec.model.output.path).parent,
+                   spec.resolve(spec.model.output.provenance).parent):  # fmt: skip
+        inside = _inside(path, folder)
+        if inside and (_inside(folder, path) or not any(_inside(p, folder) for p in private)):
+            return folder
+    return None
+
+
 def _curator_published_errors(
     spec: LoadedSpec, outputs: dict[str, Path], inputs: dict[str, Path]
 ) -> list[Diagnostic]:
