@@ -398,11 +398,14 @@ def _refuse_outputs_on_inputs(
 def output_problems(
     spec: LoadedSpec, ledger: Path, policy_path: Path | None = None
 ) -> list[Diagnostic]:
-    """What :func:`compile` refuses about its outputs before any data is read (E613, E618,
-    E619), for ``dpql check``; an earlier release at the outputs (E614) is left to compile,
-    where ``--force`` decides."""
+    """What :func:`compile` refuses about the outputs the spec names before any data is read
+    (E613, E618, E619), for ``dpql check``: not what depends on the machine it runs on (a
+    folder that cannot be written, an earlier release there: E614, where ``--force``
+    decides), since a check may run where the release is never written (CI)."""
     inputs = release_inputs(spec, policy_path)
-    return output_location_errors(spec, _targets(spec), force=True, ledger=ledger, inputs=inputs)
+    return output_location_errors(
+        spec, _targets(spec), force=True, ledger=ledger, inputs=inputs, here=False
+    )
 
 
 def _refuse_public_copies(spec: LoadedSpec, private: Any) -> None:

@@ -276,3 +276,9 @@ def test_evaluate_never_writes_its_report_into_the_published_folder(
     err = capsys.readouterr().err
     assert f"{folder}: error[E619]: the report folder {folder} is inside the published" in err
     assert "CONFIDENTIAL" not in err and not any((spec.parent / "out").iterdir())
+
+
+def test_check_leaves_the_folders_of_this_machine_to_compile(spec: Path) -> None:
+    (spec.parent / "out").write_text("a file where compile makes a folder", encoding="utf-8")
+    assert main(["check", str(spec)]) == 0  # CI checks the spec, not the curator's disk
+    assert main(["compile", str(spec), "--quiet"]) == 1  # E613, before any data is read

@@ -175,6 +175,7 @@ def output_location_errors(
     force: bool,
     ledger: Path | None = None,
     inputs: dict[str, Path] | None = None,
+    here: bool = True,
 ) -> list[Diagnostic]:
     """Why the release cannot be written where the spec says (checked before any data is read),
     over every file a compile writes: ``targets`` (table, record, curator file), the curator
@@ -188,7 +189,9 @@ def output_location_errors(
     file). ``E619``: the curator file or its key inside a published folder (the table's or the
     record's, when that folder holds neither the spec nor the data). ``E614``: the table or
     record of an earlier release is there and ``force`` is not set (a second compile would spend
-    the budget again)."""
+    the budget again). ``here=False`` leaves out what depends on this machine's folders (a
+    target that is a directory, a folder that cannot be made or written): ``dpql check`` may
+    run where the release is never written (CI)."""
     from dpql.spec.files import same_file
 
     outputs = dict(targets)
@@ -246,7 +249,7 @@ def output_location_errors(
                     )
                 )
     errors += _curator_published_errors(spec, dict(items), inputs or {})
-    for role, target in items:
+    for role, target in items if here else ():
         if role == "lifetime ledger":
             continue  # its own checks: lifetime.ledger_location_error (E615)
         folder = _nearest_existing(target.parent)
