@@ -365,6 +365,24 @@ def test_the_forest_is_planned_from_public_facts_and_only_where_affordable():
     assert _plan(cols, [Marginal(cols)], 1.0, 100_000, [4] * 5, tree=False).tree == 0
 
 
+def test_the_forest_takes_at_most_half_of_the_marginals_the_budget_affords():
+    from dpql.ir.queries import Marginal
+    from dpql.synth.aim.plan import FOREST_SHARE_MAX, default_schedule
+
+    cols, cards = ("a", "b", "c", "d", "e"), [4] * 5
+    seen = set()
+    for rho in np.geomspace(1e-5, 1e-2, 60):
+        s = _plan(cols, [Marginal(cols)], float(rho), 10_000, cards)
+        affordable = default_schedule(
+            cards, [16] * 10, 10_000, float(rho), 0.1, None, 26
+        ).affordable
+        forest = affordable >= (len(cols) - 1) / FOREST_SHARE_MAX
+        assert (s.tree == len(cols) - 1) == forest, (rho, affordable, s.tree)
+        seen.add((forest, affordable >= len(cols) - 1))
+    # the grid covers no pair, pairs for the forest alone, and pairs for it and as many besides
+    assert seen == {(False, False), (False, True), (True, True)}
+
+
 def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
     from mbi import Domain
 

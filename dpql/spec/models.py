@@ -319,7 +319,7 @@ class AimOptions(SpecModel):
     init_share: Share | None = Field(
         None,
         description="Share of rho on the 1-way marginals; default: enough for 0.05 "
-        "expected L1 noise per column, within [0.2, 0.7]; 0.9 if only one marginal is affordable "
+        "expected L1 noise per column, within [0.2, 0.5]; 0.9 if only one marginal is affordable "
         "(dpql.synth.aim.plan.default_schedule).",
     )
     select_share: Share = 0.1

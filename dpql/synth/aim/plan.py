@@ -67,9 +67,10 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 #: (:data:`dpql.synth.aim.hostfit.HOST_FIT_MAX_WORK`), seconds on a small machine
 MAX_DEFAULT_ROUNDS = 4
 #: default init share is chosen so that the 1-way release's expected L1 noise per column is at
-#: most this (TVD 0.025), within [INIT_SHARE_MIN, INIT_SHARE_MAX]
+#: most this (TVD 0.025), within [INIT_SHARE_MIN, INIT_SHARE_MAX]: at most half the budget, so
+#: that the marginals carrying the columns' dependence get at least as much as the 1-way ones
 ONE_WAY_L1_TARGET = 0.05
-INIT_SHARE_MIN, INIT_SHARE_MAX = 0.2, 0.7
+INIT_SHARE_MIN, INIT_SHARE_MAX = 0.2, 0.5
 #: when even INIT_SHARE_MAX leaves budget for only one selected marginal, the 1-way release gets
 #: this share (the one marginal adds little; the 1-way marginals are most of what is learnt)
 INIT_SHARE_ONE_MARGINAL = 0.9
@@ -81,6 +82,10 @@ PAIR_L1_TARGET = 0.3
 #: even this many leave the median pair's expected noise L1 at most ABUNDANT_PAIR_L1
 MAX_MARGINALS = 16
 ABUNDANT_PAIR_L1 = 0.05
+#: the spanning forest runs by default only where its edges are at most this share of the
+#: marginals the budget affords (:attr:`DefaultSchedule.affordable`): the rest go to the
+#: adaptive picks
+FOREST_SHARE_MAX = 0.5
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,9 @@ def default_schedule(
        of them help; where they are noisier, more do not); never more than the candidates,
        and no more than leaves the median 2-way candidate's expected noise L1 at or below
        :data:`PAIR_L1_TARGET` (at least 1).
-    3. ``rounds = min(m, MAX_DEFAULT_ROUNDS)`` rounds of ``per_round = ceil(m / rounds)``.
+    3. (In :func:`plan_aim`) a spanning forest of the pairs first where its edges are at most
+       :data:`FOREST_SHARE_MAX` of :attr:`DefaultSchedule.affordable`.
+    4. ``rounds = min(m, MAX_DEFAULT_ROUNDS)`` rounds of ``per_round = ceil(m / rounds)``.
     """
     d = len(cards)
     chosen = init_share is None
@@ -251,8 +258,14 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
     top = tuple(maximal(cands, columns))
     pairs = tuple(cl for cl in cands if len(cl) == 2)
     tree = spanning_picks(columns, pairs) if options.tree and rho > 0 and n > 0 else 0
-    # the forest only where the budget affords a pair for each of its edges (public rule)
-    if default is not None and options.rounds is None and tree > default.affordable:
+    # the forest only where the budget affords a pair for each of its edges and as many adaptive
+    # marginals besides (public rule): a forest that would take most of what the budget affords
+    # leaves too few picks for the dependence the selection finds
+    if (
+        default is not None
+        and options.rounds is None
+        and tree > FOREST_SHARE_MAX * default.affordable
+    ):
         tree = 0
     if options.rounds is not None:
         r, k = options.rounds, options.per_round or 1
