@@ -328,7 +328,8 @@ class AimOptions(SpecModel):
         "of the 2-way candidates (MST's maximum spanning tree, McKenna et al. 2021: one "
         "exponential-mechanism pick per edge, each among the pairs that join two components, "
         "scored against the 1-way model) and measures it, so that every column is measured with "
-        "another where the budget affords a pair for it (dpql.synth.aim.plan.spanning_picks)."
+        "another; by default only where the budget affords a pair for each edge and as many "
+        "adaptive marginals besides (dpql.synth.aim.plan.spanning_picks, FOREST_SHARE_MAX)."
     )
     tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
         0.5, description="Budget of each spanning-forest pair relative to an adaptive pick "
