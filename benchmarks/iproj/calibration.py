@@ -109,16 +109,18 @@ def summary(args: argparse.Namespace) -> None:
     rows = [json.loads(x) for x in ROWS.read_text().splitlines() if x.strip()]
     if args.tag is not None:
         rows = [r for r in rows if r["tag"] == args.tag]
-    print("| tag | spec | requirement | compiles | undefined | z mean | z sd | max abs z | "
+    print("| tag | spec | requirement | compiles | pass | undefined | z mean | z sd | max abs z | "
           "abs z > 2 | released error mean | max |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     keys = dict.fromkeys((r["tag"], r["spec"], q["text"]) for r in rows for q in r["requirement"])
     for tag, spec, text in keys:
         qs = [q for r in rows if (r["tag"], r["spec"]) == (tag, spec)
               for q in r["requirement"] if q["text"] == text]  # fmt: skip
         z = np.array([q["z"] for q in qs if q["z"] is not None and math.isfinite(q["z"])])
         err = np.array([q["error"] for q in qs])
-        print(f"| {tag} | {spec} | {text} | {len(qs)} | {len(qs) - z.size} | {z.mean():.2f} "
+        passed = sum(q["verdict"] == "pass" for q in qs)
+        print(f"| {tag} | {spec} | {text} | {len(qs)} | {passed} | {len(qs) - z.size} "
+              f"| {z.mean():.2f} "
               f"| {z.std(ddof=1):.2f} | {np.abs(z).max():.2f} | {int(np.sum(np.abs(z) > 2))} "
               f"| {err.mean():.4g} | {err.max():.4g} |")  # fmt: skip
 
