@@ -26,6 +26,7 @@ from dpql.ir.queries import (
     TruePred,
 )
 from dpql.plan import acceptance
+from dpql.plan.estimates import value_sd
 from dpql.plan.requirements import expand_requirements, product_query
 from dpql.postprocess import accept, iproj, risk, run
 
@@ -277,6 +278,29 @@ def test_moment_acceptance_reports_noisy_before_after(real, syn) -> None:
     other = accept.accept_moment(CorrRequirement("age", "x", Tolerance(within=0.1)), ev)
     assert other.verdict == "inconclusive" and "not measured" in other.note
     json.dumps([c.to_json(), m.to_json(), other.to_json()])
+
+
+def test_a_moment_verdicts_sd_is_the_larger_of_its_two_estimates(real, syn) -> None:
+    """The sd is the delta method at the noisy answers or at the reweighted moments, whichever
+    is larger: a reweighted table whose variances stay above the real ones (the projection
+    stopped short) would understate the noisy correlation's sd, and noisy answers whose
+    variances came out high by chance would too."""
+    import dataclasses
+
+    corr = CorrRequirement("age", "hours", Tolerance(within=0.5), text="corr(age, hours)")
+    ev = _postprocessed(real, syn, [corr], rho=0.5)
+    squares = np.array([isinstance(q, CentredProduct) and q.square for q in ev.queries])
+    sigmas = dict(zip(ev.queries, ev.sigma.tolist(), strict=True))
+
+    def sd_at(values: np.ndarray) -> float:
+        return value_sd(corr, dict(zip(ev.queries, values.tolist(), strict=True)), sigmas, DOMAIN)
+
+    for factor in (2.0, 0.5):  # the reweighted variances twice / half the noisy ones
+        moved = np.where(squares, factor * ev.noisy, ev.noisy)
+        res = accept.accept_moment(corr, dataclasses.replace(ev, reweighted=moved))
+        at_noisy, at_moved = sd_at(ev.noisy), sd_at(moved)
+        assert (at_noisy > at_moved) == (factor > 1)
+        assert res.sigma == pytest.approx(max(at_noisy, at_moved), rel=1e-12)
 
 
 @pytest.mark.slow

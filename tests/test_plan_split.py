@@ -190,9 +190,11 @@ def test_the_planned_correlation_sd_holds_on_adults_concentrated_columns() -> No
     reqs, mc = recentre(plan.requirements, m, table)
     mc, _ = with_pilots(mc, reqs, table)
     answers = mc.answer_map(np.nanmean(features(mc.queries, table), axis=0))
-    scales = keep_planned_l2(m, mc, allocation_scales(mc, reqs, answers, spec.domain), n)
+    rho_measure = plan.phase_rho["iproj.measure"]
+    sigmas = mc.release_sigmas(n, rho_measure)
+    scales = keep_planned_l2(m, mc, allocation_scales(mc, reqs, answers, spec.domain, sigmas), n)
     precision = np.zeros(len(mc.queries))
-    rhos = release_rhos(mc.releases, plan.phase_rho["iproj.measure"])
+    rhos = release_rhos(mc.releases, rho_measure)
     for rel, rho, c in zip(mc.releases, rhos, scales, strict=True):
         l2 = joint_l2_sensitivity([mc.queries[i] for i in rel.cells], n, c.tolist())
         precision[list(rel.cells)] += (gaussian_sigma(l2, rho) / c) ** -2

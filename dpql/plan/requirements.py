@@ -128,20 +128,27 @@ class RequirementMeasures:
     index: tuple[tuple[int, ...], ...]
     releases: tuple[Release, ...] = ()
 
-    def cell_sigmas(self, n: int, rho: float) -> np.ndarray:
-        """Noise sd of each measure when the releases spend ``rho`` (zCDP) in all.
+    def release_sigmas(self, n: int, rho: float) -> list[float]:
+        """Noise sd of each release (``releases``, else one joint release) at equal noise when
+        the releases spend ``rho`` (zCDP) in all: release ``g`` at ``rho_g = share_g rho`` has
+        ``sigma_g = Delta_g / sqrt(2 rho_g)``, with ``Delta_g`` the L2 sensitivity of its
+        queries (replace-one); ``inf`` for a release of no rho or no query."""
+        releases = self.releases or (joint_release(len(self.queries)),)
+        return [
+            gaussian_sigma(joint_l2_sensitivity([self.queries[i] for i in rel.cells], n), rho_g)
+            if rho_g > 0 and rel.cells else math.inf
+            for rel, rho_g in zip(releases, release_rhos(releases, rho), strict=True)
+        ]  # fmt: skip
 
-        Release ``g`` at ``rho_g = share_g rho`` has ``sigma_g = Delta_g / sqrt(2 rho_g)``, with
-        ``Delta_g`` the L2 sensitivity of its queries (replace-one). A measure in
-        several releases is their inverse-variance average: ``(sum_g sigma_g^-2)^(-1/2)``.
+    def cell_sigmas(self, n: int, rho: float) -> np.ndarray:
+        """Noise sd of each measure when the releases spend ``rho`` (zCDP) in all
+        (:meth:`release_sigmas`). A measure in several releases is their inverse-variance
+        average: ``(sum_g sigma_g^-2)^(-1/2)``.
         """
         precision = np.zeros(len(self.queries))
         releases = self.releases or (joint_release(len(self.queries)),)
-        for rel, rho_g in zip(releases, release_rhos(releases, rho), strict=True):
-            if rho_g <= 0 or not rel.cells:
-                continue
-            l2 = joint_l2_sensitivity([self.queries[i] for i in rel.cells], n)
-            precision[list(rel.cells)] += gaussian_sigma(l2, rho_g) ** -2
+        for rel, sigma in zip(releases, self.release_sigmas(n, rho), strict=True):
+            precision[list(rel.cells)] += sigma**-2
         with np.errstate(divide="ignore"):
             return 1.0 / np.sqrt(precision)
 
@@ -471,6 +478,30 @@ def _corr(m: Sequence[float], centres: tuple[float, float] = (0.5, 0.5)) -> floa
 
 def _ratio(m: Sequence[float]) -> float:
     return m[0] / m[1] if m[1] > 0 else math.nan
+
+
+def denominators(req: Requirement, domain: Domain) -> list[Callable[[Sequence[float]], float]]:
+    """What a corr / mean / count requirement's value divides by, each a function of the
+    parts of :func:`parts_and_fn` (in its order) that is positive where the value is defined:
+    a corr's two variances per present row, and the count every average is a ratio to (a
+    mean's condition, :func:`normaliser`). The value is nonlinear in these: the delta method
+    (``dpql.plan.estimates.value_sd``) holds only while their noise is small against them
+    (``dpql.postprocess.allocation``)."""
+    out: list[Callable[[Sequence[float]], float]] = []
+    if isinstance(req, CorrRequirement):
+        ca, cb = _corr_centres(req, domain)
+        parts, count = _corr_parts(req, domain), normaliser(req, domain)
+        out += [
+            per_present_row(parts, lambda m: m[2] - (m[0] - ca) ** 2, count),
+            per_present_row(parts, lambda m: m[4] - (m[1] - cb) ** 2, count),
+        ]
+        if count is not None:
+            out.append(lambda m: m[-1])
+    elif isinstance(req, MeanRequirement):
+        out.append(lambda m: m[1])
+    elif isinstance(req, CountRequirement) and normaliser(req, domain) is not None:
+        out.append(lambda m: m[-1])
+    return out
 
 
 def parts_and_fn(

@@ -34,11 +34,12 @@ sensitivity computable from the public spec and cannot be measured by a calibrat
 
 Moment requirements (corr / mean / count) spend nothing more: they reuse the I-projection's
 measurements (post-processing) and compare the noisy real value with the synthetic value after
-post-processing; the sd comes from the delta method at the reweighted table's moments (the
-projection's estimate from every DP measurement, the synthesizer's workload answers included;
-at the noisy answers where that is undefined). A correlation's noisy variances are far noisier
-than the workload's marginals, and an sd taken at them varies between noise draws enough that
-the noise in the sd itself would decide verdicts near the threshold.
+post-processing; the sd comes from the delta method at the noisy answers or at the reweighted
+table's moments (the projection's estimate from every DP measurement, the synthesizer's
+workload answers included), whichever gives the larger (:func:`verdict_sd`,
+``docs/postprocess.md`` "What the sd promises"): a reweighted table can stay far from the real
+moments where the projection stops short, and the noisy answers carry their noise (each
+denominator's kept small by ``dpql.postprocess.allocation``).
 
 Verdicts (decision rule, documented for users): with ``[lo, hi]`` the ``z = 2`` sigma interval of
 the real quantity, ``pass`` when the requirement holds on the whole interval, ``fail`` when it
@@ -57,7 +58,7 @@ The plan-time side (metrics, predicted sds, diagnostics) is :mod:`dpql.plan.acce
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -505,6 +506,23 @@ def _unmeasured(req: Requirement, note: str) -> MomentAcceptance | ModelAcceptan
     )
 
 
+def verdict_sd(req: Requirement, evidence: IProjResult, sigmas: Mapping[Query, float]) -> float:
+    """The delta-method sd of a moment requirement's noisy value, at the larger of its two
+    estimates of the real moments: the noisy answers the value is computed from (unbiased; each
+    denominator's noise is small against it, ``dpql.postprocess.allocation``), and the
+    reweighted table's (the projection's estimate from every DP measurement, less noisy but
+    drawn toward the synthetic table where the effective-sample-size floor stops the
+    projection). Either alone can understate the error's sd: the noisy one by its noise, the
+    reweighted one by a table far from the real one. NaN where neither is defined."""
+    d, qs = evidence.table.domain, evidence.queries
+    sds = [
+        value_sd(req, dict(zip(qs, at.tolist(), strict=True)), sigmas, d)
+        for at in (evidence.noisy, evidence.reweighted)
+    ]
+    finite = [s for s in sds if math.isfinite(s)]
+    return max(finite) if finite else math.nan
+
+
 def accept_moment(req: Requirement, evidence: IProjResult, *, z: float = Z) -> MomentAcceptance:
     """Noisy real value vs synthetic values before / after post-processing, and the verdict.
 
@@ -519,13 +537,9 @@ def accept_moment(req: Requirement, evidence: IProjResult, *, z: float = Z) -> M
         return out
     real = _value(req, evidence.noisy, qs, d)
     sigmas = dict(zip(qs, evidence.sigma.tolist(), strict=True))
-    # The delta method at the reweighted table's moments, the projection's estimate from every
-    # DP measurement (the workload's included), where it is defined; else at the noisy answers.
     sd = math.nan
     if math.isfinite(real):
-        sd = value_sd(req, dict(zip(qs, evidence.reweighted.tolist(), strict=True)), sigmas, d)
-        if not math.isfinite(sd):
-            sd = value_sd(req, dict(zip(qs, evidence.noisy.tolist(), strict=True)), sigmas, d)
+        sd = verdict_sd(req, evidence, sigmas)
     before = _value(req, evidence.before, qs, d)
     after = _value(req, evidence.after, qs, d)
     t = req.tolerance.within

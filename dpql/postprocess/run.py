@@ -239,13 +239,17 @@ def run_postprocess(
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column: no gradient there
         synthetic = np.nanmean(F, axis=0)
     # The synthetic table is public, so the noise may be spread by its moments; each release
-    # keeps the plan's L2 sensitivity whatever its centres.
+    # keeps the plan's L2 sensitivity whatever its centres, and its sd at equal noise is public
+    # (its rho, the public n, the sensitivities; renormalised answers carry sd_scale times it).
+    rho_measure = plan.phase_rho["iproj.measure"]
+    sd_scale = getattr(oracle, "sd_scale", 1.0)
+    sigmas = [s * sd_scale for s in measures.release_sigmas(oracle.n, rho_measure)]
     scales = allocation_scales(
-        measures, requirements, measures.answer_map(synthetic), table.domain
+        measures, requirements, measures.answer_map(synthetic), table.domain, sigmas
     )
     scales = keep_planned_l2(plan.measures, measures, scales, oracle.n)
     measurement = measure(
-        measures.queries, oracle, plan.phase_rho["iproj.measure"], label="requirements",
+        measures.queries, oracle, rho_measure, label="requirements",
         releases=measures.releases, scales=scales,
     )  # fmt: skip
     tick(1)
