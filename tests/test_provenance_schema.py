@@ -140,7 +140,7 @@ def test_compiled_record_validates_and_verify_rejects_invalid_ones(small_release
     record_path.write_text(json.dumps(bad))
     capsys.readouterr()
     assert main(["verify", str(record_path)]) == 1
-    assert "V003" in capsys.readouterr().out
+    assert "error[V003]" in capsys.readouterr().err
 
 
 def test_schema_problems_name_the_place(tmp_path: Path) -> None:
