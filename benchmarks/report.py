@@ -321,10 +321,10 @@ QUESTIONS: tuple[Question, ...] = (
         "How close are dpql's releases to the real table, against MST, AIM and independent "
         "columns, across tables and epsilons?",
         "suite/run.py", "suite/results.json",
-        "python benchmarks/suite/run.py --tables adult compas fair randhie bn1k bn30k anes96 "
-        "anes96c doctor flights --epsilons 0.3 1 3 --methods dpql-auto mst aim --runs 1 "
-        "--missing drop; then the same with --runs 4 --methods dpql-auto aim on the settings "
-        "where auto was not the best in run 0",
+        "python benchmarks/suite/run.py --tables adult adult2k compas fair randhie anes96 "
+        "anes96c doctor flights bn1k bn30k --epsilons 0.3 1 3 --methods dpql-auto mst aim "
+        "--runs 1 --missing drop; then the same with --runs 4 (stored as runs 1-4), auto and "
+        "the peers that beat it, on the settings where auto was not the best in run 0",
         render_suite,
     ),
     Question(
