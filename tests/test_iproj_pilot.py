@@ -207,4 +207,6 @@ def test_without_room_nothing_is_constrained_and_it_is_said() -> None:
     assert out.iproj.method == "none" and out.iproj.boxes == 0
     assert all(np.array_equal(out.table.codes[c], syn.codes[c]) for c in syn.codes)
     (w,) = [d for d in out.iproj.diagnostics if d.code == "W511"]
-    assert "'logit'" in w.message
+    # the figure is z sd, said as such (a requirement's own line prints +- one sd)
+    z_sd = 10.0 * out.roles[0].sd
+    assert "'logit'" in w.message and f"10 sd = {z_sd:.2g} >= tolerance" in w.message

@@ -172,15 +172,16 @@ def out_of_reach(roles: Sequence[Role], requirements: Sequence[Any], measures: A
         req = requirements[r.index]
         name = f"'{req.text or 'a requirement'}'"
         if r.role == "no_room":
-            none.append(f"{name} (noisy value {r.noisy:.4g} +- {policy.z * r.sd:.2g}, "
-                        f"tolerance {req.tolerance.within:g})")  # fmt: skip
+            z_sd = f"{policy.z:g} sd = {policy.z * r.sd:.2g}"
+            none.append(f"{name} (noisy value {r.noisy:.4g}, {z_sd} >= tolerance "
+                        f"{req.tolerance.within:g})")  # fmt: skip
         if r.role != "constrained":
             continue
         v = value_at(r, req, measures.queries, result.reweighted, result.table.domain)
         if not reachable(r, v, req, policy):
             short.append(f"{name} from {r.before:.4g} to {v:.4g}, the noisy value being "
-                         f"{r.noisy:.4g} +- {policy.z * r.sd:.2g} and its tolerance "
-                         f"{req.tolerance.within:g}")  # fmt: skip
+                         f"{r.noisy:.4g} ({policy.z:g} sd = {policy.z * r.sd:.2g}) and its "
+                         f"tolerance {req.tolerance.within:g}")  # fmt: skip
     out = []
     if short:
         out.append(Diagnostic(
