@@ -13,7 +13,7 @@ import json
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from glob import escape as glob_escape
@@ -331,11 +331,21 @@ def published_folder_of(spec: LoadedSpec, path: Path) -> Path | None:
     """The folder of the release's table or record that ``path`` lies in when that folder is
     published whole (E619's rule: ``path`` is that folder, or the folder holds neither the
     spec nor the data file), else None."""
-    private = (spec.path, spec.data_path)
-    for folder in (spec.resolve(spec.model.output.path).parent,
-                   spec.resolve(spec.model.output.provenance).parent):  # fmt: skip
-        inside = _inside(path, folder)
-        if inside and (_inside(folder, path) or not any(_inside(p, folder) for p in private)):
+    folders = (spec.resolve(spec.model.output.path).parent,
+               spec.resolve(spec.model.output.provenance).parent)  # fmt: skip
+    return _published_folder(path, path, folders, (spec.path, spec.data_path))
+
+
+def _published_folder(
+    path: Path, home: Path, folders: Iterable[Path], private: Iterable[Path]
+) -> Path | None:
+    """The first of ``folders`` (published whole) that ``path`` is in: ``home`` (``path``
+    itself, or a file's folder) is that folder, or ``path`` is inside it and it holds none of
+    the ``private`` files (a folder that holds them is a working folder)."""
+    for folder in folders:
+        if (_inside(home, folder) and _inside(folder, home)) or (
+            _inside(path, folder) and not any(_inside(p, folder) for p in private)
+        ):
             return folder
     return None
 
@@ -352,21 +362,18 @@ def _curator_published_errors(
     for role in ("curator file", "curator HMAC key"):
         if role not in outputs:
             continue
-        for folder in folders:
-            same = _inside(outputs[role].parent, folder) and _inside(folder, outputs[role].parent)
-            working = any(_inside(p, folder) for p in private)
-            if same or (_inside(outputs[role], folder) and not working):
-                errors.append(
-                    Diagnostic(
-                        "E619",
-                        f"the {role} {outputs[role]} is inside the published folder {folder}",
-                        _where(spec, "curator file"),
-                        "the curator file and its key are never published: put them outside "
-                        "the folder of the table and record (the default is curator/ beside "
-                        "the spec)",
-                    )
+        folder = _published_folder(outputs[role], outputs[role].parent, folders, private)
+        if folder is not None:
+            errors.append(
+                Diagnostic(
+                    "E619",
+                    f"the {role} {outputs[role]} is inside the published folder {folder}",
+                    _where(spec, "curator file"),
+                    "the curator file and its key are never published: put them outside "
+                    "the folder of the table and record (the default is curator/ beside "
+                    "the spec)",
                 )
-                break
+            )
     return errors
 
 
