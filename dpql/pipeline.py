@@ -23,7 +23,7 @@ import pandas as pd
 
 from dpql.answers import NoisyAnswer
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
-from dpql.io import CURATOR_MODE, atomic_path
+from dpql.io import CURATOR_MODE, atomic_path, write_frame
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
 from dpql.population import (
     PopulationOracle,
@@ -48,7 +48,6 @@ from dpql.release.commit import (
     stage_release,
     stage_text,
     staged_path,
-    write_frame,
 )
 from dpql.release.curator import curator_key, curator_path, curator_record
 from dpql.release.project import LedgerChoice, choose_ledger

@@ -6,9 +6,7 @@ nothing or a complete release recorded in the lifetime ledger."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import io
 import json
 import os
 import signal
@@ -18,20 +16,16 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpql.data.codec import decode
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import EncodedTable
-from dpql.io import public_mode
+from dpql.io import public_mode, write_frame
 from dpql.plan.planner import ReleasePlan
 from dpql.privacy.ledger import Ledger
 from dpql.release.provenance import build_record, sha256_json
-from dpql.spec.checks import implied_format
 from dpql.spec.load import LoadedPolicy, LoadedSpec, normalised_spec_json
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 
 class Interrupted(KeyboardInterrupt):
@@ -385,23 +379,6 @@ def _nearest_existing(folder: Path) -> Path:
 
 
 STAGED = ".dpql-{txid}.staged"  # a staged output: ``.<name>.dpql-<pid>-<hex>.staged``
-
-
-def write_frame(df: pd.DataFrame, path: Path, name: str) -> None:
-    """``df`` at ``path`` in the format the table's file ``name`` implies (checked at load,
-    E110): Parquet, gzip CSV (with no name or time stamp in its header, so equal tables give
-    equal bytes) or CSV."""
-    if implied_format(name) == "parquet":
-        df.to_parquet(path, index=False)
-    elif name.lower().endswith(".gz"):
-        with (
-            open(path, "wb") as raw,
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
-            io.TextIOWrapper(packed, encoding="utf-8", newline="") as text,
-        ):
-            df.to_csv(text, index=False)
-    else:
-        df.to_csv(path, index=False)
 
 
 def staged_path(target: Path, txid: str) -> Path:
