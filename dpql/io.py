@@ -6,8 +6,6 @@ reader (or a crash) sees either the old file or the new one, never half of one.
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
 import stat
@@ -15,10 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import pandas as pd
+from typing import Any
 
 CURATOR_MODE = 0o600  # curator-only files: the owner alone may read them
 
@@ -108,22 +103,3 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def write_frame(df: pd.DataFrame, path: Path, name: str) -> None:
-    """``df`` at ``path`` in the format the table's file ``name`` implies (checked at load,
-    E110): Parquet, gzip CSV (with no name or time stamp in its header, so equal tables give
-    equal bytes) or CSV."""
-    from dpql.spec.checks import implied_format
-
-    if implied_format(name) == "parquet":
-        df.to_parquet(path, index=False)
-    elif name.lower().endswith(".gz"):
-        with (
-            open(path, "wb") as raw,
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as packed,
-            io.TextIOWrapper(packed, encoding="utf-8", newline="") as text,
-        ):
-            df.to_csv(text, index=False)
-    else:
-        df.to_csv(path, index=False)

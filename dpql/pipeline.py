@@ -23,7 +23,7 @@ import pandas as pd
 
 from dpql.answers import NoisyAnswer
 from dpql.diagnostics import Diagnostic, DiagnosticError, InternalError, SourcePos
-from dpql.io import CURATOR_MODE, atomic_path, write_frame
+from dpql.io import CURATOR_MODE, atomic_path
 from dpql.plan.planner import Budget, ReleasePlan, build_plan
 from dpql.population import (
     PopulationOracle,
@@ -51,6 +51,7 @@ from dpql.release.commit import (
 )
 from dpql.release.curator import curator_key, curator_path, curator_record
 from dpql.release.project import LedgerChoice, choose_ledger
+from dpql.release.table_file import write_frame
 from dpql.spec.load import LoadedSpec, load_spec
 from dpql.synth.base import RunContext, backend
 

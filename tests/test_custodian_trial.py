@@ -185,7 +185,7 @@ def test_an_output_name_of_no_known_format_is_refused_at_plan(
 @pytest.mark.parametrize("name", ["t.csv", "t.csv.gz", "t.parquet", "t.pq"])
 def test_the_table_is_written_in_the_format_its_name_implies(tmp_path: Path, name: str) -> None:
     from dpql.data.load import data_format, read_frame
-    from dpql.io import write_frame
+    from dpql.release.table_file import write_frame
 
     df = pd.DataFrame({"a": ["1", "2"], "b": ["x", ""]})
     staged = tmp_path / f".{name}.staged"

@@ -21,10 +21,11 @@ from typing import Any
 from dpql.data.codec import decode
 from dpql.diagnostics import Diagnostic, DiagnosticError, SourcePos
 from dpql.domain import EncodedTable
-from dpql.io import public_mode, write_frame
+from dpql.io import public_mode
 from dpql.plan.planner import ReleasePlan
 from dpql.privacy.ledger import Ledger
 from dpql.release.provenance import build_record, sha256_json
+from dpql.release.table_file import write_frame
 from dpql.spec.load import LoadedPolicy, LoadedSpec, normalised_spec_json
 
 
