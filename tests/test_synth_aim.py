@@ -567,3 +567,16 @@ def test_a_rounds_picks_together_keep_the_model_within_the_cap():
     assert junction_cells(card, [*model.cliques, picks[0]])[0] <= 1500
     assert junction_cells(card, [*model.cliques, *picks])[0] <= 1500
     assert len(picks[1]) == 2 and not set(picks[1]) & set(picks[0])  # the largest that fits
+
+
+def test_rare_cells_together_stay_indistinguishable_from_empty():
+    """Cells merge from the smallest noisy answer up while each is below 3 sigma and the sum
+    of the first k below 3 sqrt(k) sigma (the merged cell's own noise): many small cells do
+    not add up to a merged cell that holds a real share of the rows."""
+    from dpql.synth.aim.program import rare_cells
+
+    y = np.array([0.5, -0.2, 0.1, 2.9, 10.0])
+    assert rare_cells(y, 1.0).tolist() == [1, 2, 0, 3]
+    assert rare_cells(np.array([2.5, 2.5, 2.5, 2.5, 20.0]), 1.0).tolist() == [0]
+    assert rare_cells(np.array([5.0, 9.0]), 1.0).size == 0
+    assert rare_cells(np.zeros(6), 1.0).tolist() == list(range(6))

@@ -364,7 +364,8 @@ class AimOptions(SpecModel):
     compress: bool = Field(
         True,
         description="Merge each column's rare cells (noisy 1-way count below 3 sigma, two or "
-        "more) into one cell for the pair measurements and the model, MST's domain "
+        "more, together below 3 times their sum's noise sd) into one cell for the pair "
+        "selections and measurements and the model, MST's domain "
         "compression; a row in the merged cell gets one of its values in proportion to the "
         "1-way answers (dpql.synth.aim.program.FitDomain).",
     )

@@ -42,6 +42,19 @@ def pool_rare(y: np.ndarray, sigma: float) -> np.ndarray:
     return out
 
 
+def rare_cells(y: np.ndarray, sigma: float) -> np.ndarray:
+    """The cells of a noisy 1-way marginal ``y`` (noise sd ``sigma`` per cell) that the 1-way
+    release cannot tell from empty, alone or together: from the smallest answer up, while each
+    stays below ``RARE_SIGMAS`` sigma and the sum of the first ``k`` below ``RARE_SIGMAS``
+    times its own noise sd, ``sqrt(k)`` sigma. Merging cells loses what pairs would tell
+    within them, so the merged cell must itself be indistinguishable from empty.
+    Post-processing of ``y`` only."""
+    order = np.argsort(y, kind="stable")
+    k = np.arange(1, y.size + 1)
+    ok = (y[order] < RARE_SIGMAS * sigma) & (np.cumsum(y[order]) < RARE_SIGMAS * sigma * np.sqrt(k))
+    return order[: int(np.argmin(ok)) if not ok.all() else ok.size]
+
+
 class FitDomain:
     """The domain mbi fits: the release's, with two public changes per column, both
     post-processing of the 1-way release (each column's map from release codes to fit codes,
@@ -52,8 +65,8 @@ class FitDomain:
       column gets no empty cell in the table anyway (``dpql.population``); fitting its null
       cell would only spend model size, selection penalty and mirror-descent steps on a
       structural zero;
-    * the ``rare`` cells (noisy 1-way answer below ``RARE_SIGMAS`` sigma), where there are at
-      least two, are merged into one: MST's domain compression (McKenna et al. 2021, sec. 4).
+    * the ``rare`` cells (:func:`rare_cells`), where there are at least two, are merged into
+      one: MST's domain compression (McKenna et al. 2021, sec. 4).
       A pair over such a column is selected and measured over the merged cells
       (:meth:`merge_map`, the oracle's ``merge``), so its noise spreads over fewer cells and
       fewer of them are noise alone; :meth:`to_release` gives a sampled row in the merged
@@ -276,7 +289,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     noisy = oracle.measure(ones, s.rho_init, phase="aim.init",
                            label=f"{len(ones)} one-way marginals")  # fmt: skip
     measured = [NoisyAnswer(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
-    rare = {c: np.flatnonzero(y < RARE_SIGMAS * sigma0)
+    rare = {c: rare_cells(y, sigma0)
             for c, y in zip(s.columns, noisy, strict=True)} if options.compress else None
     fit = FitDomain(dom, s.columns, complete_columns(dom, measured), rare)
     mdom = Domain(list(s.columns), [fit.card[c] for c in s.columns])
