@@ -106,9 +106,12 @@ class PopulationOracle:
         phase: str,
         label: str,
         scales: Sequence[float] | None = None,
+        merge: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
-        answers = self._inner.measure(queries, rho, phase=phase, label=label, scales=scales)
-        if self.share is None:
+        answers = self._inner.measure(
+            queries, rho, phase=phase, label=label, scales=scales, merge=merge
+        )
+        if self.share is None and merge is None:  # merged cells may leave some rows out
             found = share_estimate(queries, answers, rho, self.n, scales)
             if found is not None:
                 self.share, self.share_sd = found
@@ -126,11 +129,12 @@ class PopulationOracle:
         phase: str,
         label: str,
         penalty: Sequence[float] | None = None,
+        merge: Sequence[np.ndarray | None] | None = None,
     ) -> list[int]:
         s = self.share or 1.0
         scaled = [np.asarray(a, dtype=np.float64) * s for a in synthetic_answers]
         return self._inner.select(
-            candidates, scaled, k, rho, phase=phase, label=label, penalty=penalty
+            candidates, scaled, k, rho, phase=phase, label=label, penalty=penalty, merge=merge
         )
 
     def to_json(self) -> dict[str, Any]:

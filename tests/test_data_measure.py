@@ -187,3 +187,33 @@ def test_programming_errors_are_internal_errors() -> None:
         )
     with pytest.raises(InternalError):
         PrivateMeasurer(m._engine, 0, Ledger(), NoiseSource.for_testing(0))
+
+
+def test_merged_cells_are_measured_and_scored_at_the_marginals_sensitivity() -> None:
+    """A public cell map answers a marginal over merged cells (one left out): the exact
+    answer is the sum over each merged cell's own, the noise and the ledger event are the
+    unmerged marginal's, and a selection scores the merged answer."""
+    m, engine, ledger = make(seed=5)
+    query = Marginal(("a", "b"))  # cells (p,u) (p,v) (q,u) (q,v) (r,u) (r,v)
+    cells = np.array([0, 1, 2, 2, 2, -1])  # q and r merged; (r, v) left out
+    truth = exact(engine, [query])[0]
+    merged = np.array([truth[0], truth[1], truth[2:5].sum()])
+    reps, rho = 400, 0.02
+    draws = np.array([m.measure([query], rho, phase="m", label="r", merge=[cells])[0]
+                      for _ in range(reps)])  # fmt: skip
+    sigma = ledger.events[0].noise_scale
+    assert sigma is not None and draws.shape == (reps, 3)
+    assert {e.l2_sensitivity for e in ledger.events} == {math.sqrt(2) / PUBLIC_N}
+    assert {e.count for e in ledger.events} == {3}
+    # mean of `reps` draws: sd sigma / sqrt(reps); 4.5 sd over 3 cells fails with p < 1e-4
+    assert np.max(np.abs(draws.mean(axis=0) - merged)) < 4.5 * sigma / math.sqrt(reps)
+    # sample variance of 1200 standard normals: sd sqrt(2 / 1200) = 0.041
+    assert np.var((draws - merged) / sigma) == pytest.approx(1.0, abs=0.18)
+    other = Marginal(("b", "a"))
+    wrong = merged.copy()
+    wrong[2] += 0.3
+    synthetic = [wrong, exact(engine, [other])[0]]
+    picks = m.select([query, other], synthetic, 1, 1e3, phase="s", label="t", merge=[cells, None])
+    assert picks == [0] and ledger.events[-1].score_sensitivity == pytest.approx(2 / PUBLIC_N)
+    with pytest.raises(InternalError):  # a map over another number of cells
+        m.measure([query], rho, phase="m", label="r", merge=[cells[:5]])

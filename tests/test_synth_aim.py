@@ -461,9 +461,45 @@ def test_the_fit_domain_drops_the_null_cells_of_columns_shown_complete():
     assert np.array_equal(fit.restrict(("a", "b"), y), np.arange(8.0))  # a's null row dropped
     assert np.array_equal(fit.restrict(("b", "a"), y), y.reshape(4, 3)[:, :2].ravel())
     b = y[:4]  # a column not shown complete keeps its cells
-    assert np.array_equal(fit.restrict(("b",), b), b) and fit.expand(("b",), b) is b
-    back = fit.expand(("b", "a"), fit.restrict(("b", "a"), y)).reshape(4, 3)
+    assert np.array_equal(fit.restrict(("b",), b), b) and fit.measured(("b",), b) is b
+    back = fit.measured(("b", "a"), fit.restrict(("b", "a"), y)).reshape(4, 3)
     assert np.array_equal(back[:, :2], y.reshape(4, 3)[:, :2]) and not back[:, 2].any()
+    assert fit.merge_map(("a", "b")) is None  # measured over the release's cells
+
+
+def test_rare_cells_are_merged_for_the_fit_and_spread_back_by_the_one_way_answers():
+    """Two or more rare cells of a column become one fit cell: a pair over it is measured
+    over the merged cells (the oracle's ``merge``), a left-out null cell maps nowhere, and a
+    sampled row in the merged cell gets one of its values in proportion to the weights."""
+    from dpql.data.measure import merge_cells
+    from dpql.diagnostics import InternalError
+    from dpql.ir.queries import Marginal
+    from dpql.synth.aim.program import FitDomain
+
+    cards = {"a": 5, "b": 3, "c": 4}  # c: a keep column shown complete (null code 3)
+    fit = FitDomain(SimpleNamespace(card=cards.get), ("a", "b", "c"), ("c",),
+                    {"a": np.array([1, 3, 4]), "b": np.array([2]), "c": np.array([0, 3])})
+    assert fit.card == {"a": 3, "b": 3, "c": 3}  # a: 0, 2, {1,3,4}; b: one rare cell, unmerged
+    assert fit.merged == {"a"} and np.array_equal(fit.maps["a"], [0, 2, 1, 2, 2])
+    assert np.array_equal(fit.maps["c"], [0, 1, 2, -1])  # the null cell out, nothing merged
+    assert fit.merge_map(("b", "c")) is None
+    index = fit.merge_map(("a", "c"))
+    assert index.shape == (20,) and sorted(set(index.tolist())) == [-1, *range(9)]
+    sums = np.arange(20)
+    merged = merge_cells(sums, index, Marginal(("a", "c")))
+    cube = sums.reshape(5, 4)[:, :3]  # c's null cell left out
+    assert np.array_equal(merged.reshape(3, 3), [cube[0], cube[2], cube[[1, 3, 4]].sum(0)])
+    assert np.array_equal(fit.restrict(("a", "c"), sums.astype(float)), merged)
+    assert fit.fitted(("a", "c"), merged) is not None and fit.measured(("a", "c"), merged) is merged
+    rng = np.random.default_rng(0)
+    codes = np.array([0, 1, 2] * 2000)
+    back = fit.to_release("a", codes, np.array([9.0, 1.0, 9.0, 3.0, -2.0]), rng)
+    assert np.array_equal(back[codes == 0], np.zeros(2000)) and (back[codes == 1] == 2).all()
+    shares = np.bincount(back[codes == 2], minlength=5) / 2000
+    assert shares[4] == 0 and shares[0] == shares[2] == 0
+    assert shares[1] == pytest.approx(0.25, abs=0.04) and shares[3] == pytest.approx(0.75, abs=0.04)
+    with pytest.raises(InternalError):
+        merge_cells(sums, np.array([0, 2] * 10), Marginal(("a", "c")))  # not onto
 
 
 def test_the_default_model_cap_bounds_the_fits_work(tmp_path, monkeypatch):
@@ -531,3 +567,16 @@ def test_a_rounds_picks_together_keep_the_model_within_the_cap():
     assert junction_cells(card, [*model.cliques, picks[0]])[0] <= 1500
     assert junction_cells(card, [*model.cliques, *picks])[0] <= 1500
     assert len(picks[1]) == 2 and not set(picks[1]) & set(picks[0])  # the largest that fits
+
+
+def test_rare_cells_together_stay_indistinguishable_from_empty():
+    """Cells merge from the smallest noisy answer up while each is below 3 sigma and the sum
+    of the first k below 3 sqrt(k) sigma (the merged cell's own noise): many small cells do
+    not add up to a merged cell that holds a real share of the rows."""
+    from dpql.synth.aim.program import rare_cells
+
+    y = np.array([0.5, -0.2, 0.1, 2.9, 10.0])
+    assert rare_cells(y, 1.0).tolist() == [1, 2, 0, 3]
+    assert rare_cells(np.array([2.5, 2.5, 2.5, 2.5, 20.0]), 1.0).tolist() == [0]
+    assert rare_cells(np.array([5.0, 9.0]), 1.0).size == 0
+    assert rare_cells(np.zeros(6), 1.0).tolist() == list(range(6))

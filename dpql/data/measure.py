@@ -25,7 +25,12 @@ the IR's (``Query.sensitivity(n)``) and nothing depends on the true count:
   the penalty are fixed given past outputs; Gumbel top-k is calibrated to the largest of these
   (:func:`~dpql.privacy.mechanisms.gumbel_beta`: an L1 score over a marginal vector moves by
   2/n when one row changes cell, not the vector's L2 sensitivity sqrt(2)/n). A penalty such as
-  ``cells / n`` against size bias is public, hence DP-neutral.
+  ``cells / n`` against size bias is public, hence DP-neutral;
+* ``merge`` (both): a public map of a marginal's cells onto fewer cells (summed; ``-1``: left
+  out) answers the merged marginal instead, MST's compressed domain (McKenna et al. 2021,
+  sec. 4). A record that changes cell moves from one merged cell to another (or within one, or
+  out of the kept ones), so the merged vector's L1 change is at most 2 and its L2 change at most
+  sqrt(2) steps: the marginal's sensitivities hold unchanged.
 """
 
 from __future__ import annotations
@@ -38,10 +43,26 @@ import numpy as np
 from dpql.data.codec import CuratorLog
 from dpql.data.engines import MeasurementEngine
 from dpql.diagnostics import InternalError
-from dpql.ir.queries import Query, joint_l2_sensitivity, query_grid
+from dpql.ir.queries import Marginal, Query, joint_l2_sensitivity, query_grid
 from dpql.privacy.ledger import Ledger
 from dpql.privacy.mechanisms import gaussian_mechanism, gumbel_top_k
 from dpql.privacy.noise import NoiseSource
+
+
+def merge_cells(sums: np.ndarray, cells: np.ndarray, query: Query) -> np.ndarray:
+    """``sums`` (a marginal's exact integer cells, row-major) summed onto the merged cells:
+    cell ``i`` goes to ``cells[i]``, or nowhere where that is ``-1``. Every merged cell
+    ``0 .. cells.max()`` has a cell of its own (the map is onto)."""
+    cells = np.asarray(cells)
+    if not isinstance(query, Marginal) or cells.shape != sums.shape or cells.dtype.kind != "i":
+        raise InternalError("a cell map is an integer array over a marginal's cells")
+    size = int(cells.max()) + 1 if cells.size else 0
+    if cells.min(initial=0) < -1 or np.unique(cells[cells >= 0]).size != size:
+        raise InternalError("a cell map sends each cell to one of 0..m-1 (onto) or to -1")
+    out = np.zeros(size, dtype=sums.dtype)
+    keep = cells >= 0
+    np.add.at(out, cells[keep], sums[keep])
+    return out
 
 
 @dataclass(frozen=True)
@@ -108,8 +129,24 @@ class PrivateMeasurer:
                 self.progress("scan data", len(todo), len(todo))
         return [self._sums[q] for q in queries]
 
-    def _answers(self, queries: Sequence[Query]) -> list[np.ndarray]:
+    def _merged_sums(
+        self, queries: Sequence[Query], merge: Sequence[np.ndarray | None] | None
+    ) -> list[np.ndarray]:
+        """Exact sums, each summed over its public cell ``merge`` map where one is given."""
         sums = self._grid_sums(queries)
+        if merge is None:
+            return sums
+        if len(merge) != len(queries):
+            raise InternalError("measurement: one cell map (or None) per query")
+        return [
+            s if m is None else merge_cells(s, m, q)
+            for q, s, m in zip(queries, sums, merge, strict=True)
+        ]
+
+    def _answers(
+        self, queries: Sequence[Query], merge: Sequence[np.ndarray | None] | None = None
+    ) -> list[np.ndarray]:
+        sums = self._merged_sums(queries, merge)
         return [s * query_grid(q) / self._n for q, s in zip(queries, sums, strict=True)]
 
     def measure(
@@ -120,6 +157,7 @@ class PrivateMeasurer:
         phase: str,
         label: str,
         scales: Sequence[float] | None = None,
+        merge: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """Discrete Gaussian mechanism on the integer sums of ``queries`` on their public grids
         (:func:`~dpql.ir.queries.query_grid`), released as answers ``(sum + Y) * grid / n``:
@@ -128,8 +166,9 @@ class PrivateMeasurer:
         vector query, 1/n per scalar one, times its scale). Query q gets noise sd ``sigma /
         c_q`` in answer units (``sigma * n / (c_q * grid)`` grid steps). Scales (default 1,
         finite, > 0) must be chosen from public information. Every published answer times
-        ``n / grid`` is an integer. Returns one unclipped noisy vector per query; appends one
-        ledger event."""
+        ``n / grid`` is an integer. With ``merge`` (public, see the module docstring) a
+        marginal's answer is over its merged cells. Returns one unclipped noisy vector per
+        query; appends one ledger event."""
         if not queries:
             return []
         c = np.ones(len(queries)) if scales is None else np.asarray(scales, dtype=np.float64)
@@ -138,7 +177,7 @@ class PrivateMeasurer:
         grids = [query_grid(q) for q in queries]
         l2 = joint_l2_sensitivity(queries, self._n, c.tolist())
         noisy = gaussian_mechanism(
-            self._grid_sums(queries),
+            self._merged_sums(queries, merge),
             [self._n / (ci * g) for ci, g in zip(c, grids, strict=True)],
             l2,
             rho,
@@ -159,19 +198,21 @@ class PrivateMeasurer:
         phase: str,
         label: str,
         penalty: Sequence[float] | None = None,
+        merge: Sequence[np.ndarray | None] | None = None,
     ) -> list[int]:
         """Gumbel top-k on the scores ``||a_q(D) - synthetic_q||_1 - penalty_q``: rho-zCDP under
         replace-one neighbours at the public n, with score sensitivity
         ``max_q q.sensitivity(n).l1`` (2/n with a vector query among the candidates, else
-        1/n), valid because ``synthetic_answers`` and ``penalty`` are fixed by past outputs.
-        Returns the chosen candidate indices; appends one ledger event."""
+        1/n), valid because ``synthetic_answers``, ``penalty`` and ``merge`` (the cells each
+        candidate is scored over) are fixed by past outputs. Returns the chosen candidate
+        indices; appends one ledger event."""
         if not candidates:
             raise InternalError("select: no candidates")
         if len(synthetic_answers) != len(candidates) or (
             penalty is not None and len(penalty) != len(candidates)
         ):
             raise InternalError("select: one synthetic answer and penalty per candidate")
-        answers = self._answers(candidates)
+        answers = self._answers(candidates, merge)
         scores = np.empty(len(candidates))
         for i, (a, s) in enumerate(zip(answers, synthetic_answers, strict=True)):
             s = np.asarray(s, dtype=np.float64)

@@ -34,6 +34,7 @@ class MeasurementOracle(Protocol):
         phase: str,
         label: str,
         scales: Sequence[float] | None = None,
+        merge: Sequence[np.ndarray | None] | None = None,
     ) -> list[np.ndarray]:
         """Gaussian mechanism on the concatenated answers of ``queries`` at total ``rho``-zCDP.
 
@@ -41,7 +42,9 @@ class MeasurementOracle(Protocol):
         L2 sensitivities). With ``scales`` (public, > 0), query q is answered as ``c_q q`` in the
         one release (its sensitivity times ``c_q``) and divided back, so its noise sd is
         ``sigma / c_q``. Returns one noisy answer vector per query (averages, not counts, not
-        clipped).
+        clipped). ``merge`` (public, one integer array or None per query) answers a marginal
+        over merged cells: cell ``i`` counts in ``merge[q][i]``, or nowhere at ``-1``; the
+        marginal's sensitivity holds (a record still leaves one cell and enters one).
         """
         ...
 
@@ -55,11 +58,13 @@ class MeasurementOracle(Protocol):
         phase: str,
         label: str,
         penalty: Sequence[float] | None = None,
+        merge: Sequence[np.ndarray | None] | None = None,
     ) -> list[int]:
         """One-shot Gumbel top-k over the L1 errors ``||a_q(D) - synthetic_q||_1 - penalty_q``.
 
         ``synthetic_answers`` and ``penalty`` must be data-independent given the past noisy
         measurements (post-processing). The score's sensitivity is the largest per-candidate L1
-        sensitivity (2/n for vector queries, 1/n for scalar ones). Returns candidate indices.
+        sensitivity (2/n for vector queries, 1/n for scalar ones). With ``merge`` (public, as in
+        :meth:`measure`) a candidate is scored over its merged cells. Returns candidate indices.
         """
         ...

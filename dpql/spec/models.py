@@ -361,6 +361,15 @@ class AimOptions(SpecModel):
         "compression where noise dwarfs them; dpql.synth.aim.program.pool_rare).",
     )
 
+    compress: bool = Field(
+        True,
+        description="Merge each column's rare cells (noisy 1-way count below 3 sigma, two or "
+        "more, together below 3 times their sum's noise sd) into one cell for the pair "
+        "selections and measurements and the model, MST's domain "
+        "compression; a row in the merged cell gets one of its values in proportion to the "
+        "1-way answers (dpql.synth.aim.program.FitDomain).",
+    )
+
     @classmethod
     def from_mapping(cls, options: Mapping[str, Any] | None = None) -> AimOptions:
         """Build from a mapping (tests, benchmarks); raises ``ValueError`` on a bad option."""

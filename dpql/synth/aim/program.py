@@ -42,40 +42,131 @@ def pool_rare(y: np.ndarray, sigma: float) -> np.ndarray:
     return out
 
 
+def rare_cells(y: np.ndarray, sigma: float) -> np.ndarray:
+    """The cells of a noisy 1-way marginal ``y`` (noise sd ``sigma`` per cell) that the 1-way
+    release cannot tell from empty, alone or together: from the smallest answer up, while each
+    stays below ``RARE_SIGMAS`` sigma and the sum of the first ``k`` below ``RARE_SIGMAS``
+    times its own noise sd, ``sqrt(k)`` sigma. Merging cells loses what pairs would tell
+    within them, so the merged cell must itself be indistinguishable from empty.
+    Post-processing of ``y`` only."""
+    order = np.argsort(y, kind="stable")
+    k = np.arange(1, y.size + 1)
+    ok = (y[order] < RARE_SIGMAS * sigma) & (np.cumsum(y[order]) < RARE_SIGMAS * sigma * np.sqrt(k))
+    return order[: int(np.argmin(ok)) if not ok.all() else ok.size]
+
+
 class FitDomain:
-    """The domain mbi fits: the release's, less the null cell of every ``missing: keep`` column
-    whose noisy 1-way null share the noise cannot tell from zero
-    (:func:`dpql.synth.nulls.complete_columns`). Such a column gets no empty cell in the
-    table anyway (``dpql.population``); fitting its null cell would only spend model size,
-    selection penalty and mirror-descent steps on a structural zero. The null code is a
-    column's last (``dpql.domain``), so the fit's codes are the release's codes.
+    """The domain mbi fits: the release's, with two public changes per column, both
+    post-processing of the 1-way release (each column's map from release codes to fit codes,
+    ``-1`` for a cell left out):
 
-    Post-processing of the 1-way release. Every marginal is still measured over the
-    release's full domain (the noise per cell does not depend on the cells measured), and
-    :meth:`restrict` drops the null cells from the answers before mbi sees them."""
+    * the null cell of every ``missing: keep`` column whose noisy 1-way null share the noise
+      cannot tell from zero (:func:`dpql.synth.nulls.complete_columns`) is left out. Such a
+      column gets no empty cell in the table anyway (``dpql.population``); fitting its null
+      cell would only spend model size, selection penalty and mirror-descent steps on a
+      structural zero;
+    * the ``rare`` cells (:func:`rare_cells`), where there are at least two, are merged into
+      one: MST's domain compression (McKenna et al. 2021, sec. 4).
+      A pair over such a column is selected and measured over the merged cells
+      (:meth:`merge_map`, the oracle's ``merge``), so its noise spreads over fewer cells and
+      fewer of them are noise alone; :meth:`to_release` gives a sampled row in the merged
+      cell one of its values in proportion to the pooled 1-way answers.
 
-    def __init__(self, dom, columns: tuple[str, ...], closed: tuple[str, ...]):
+    Kept cells keep their order, so with nothing merged the fit's codes are the release's
+    (the null code is a column's last, ``dpql.domain``). A pair with no merged cell is
+    measured over the release's cells, and :meth:`restrict` drops the null cells from its
+    answer before mbi sees it."""
+
+    def __init__(self, dom, columns: tuple[str, ...], closed: tuple[str, ...],
+                 rare: dict[str, np.ndarray] | None = None):  # fmt: skip
         self.closed = frozenset(closed)
         self.full = {c: dom.card(c) for c in columns}
-        self.card = {c: k - 1 if c in self.closed else k for c, k in self.full.items()}
+        rare = rare or {}
+        self.maps = {
+            c: column_map(k, c in self.closed, rare.get(c, ())) for c, k in self.full.items()
+        }
+        self.card = {c: int(m.max()) + 1 for c, m in self.maps.items()}
+        self.merged = frozenset(c for c, m in self.maps.items() if self.card[c] < (m >= 0).sum())
 
     def cells(self, cl: tuple[str, ...]) -> int:
         return int(np.prod([self.card[c] for c in cl]))
 
+    def cell_map(self, cl: tuple[str, ...]) -> np.ndarray:
+        """Each release cell of ``cl`` (row-major) to its fit cell (``-1``: left out)."""
+        index = np.zeros((1,) * len(cl), dtype=np.int64)
+        kept = np.ones((1,) * len(cl), dtype=bool)
+        for d, c in enumerate(cl):
+            m = self.maps[c].reshape([-1 if e == d else 1 for e in range(len(cl))])
+            index = index * self.card[c] + m
+            kept = kept & (m >= 0)
+        return np.where(kept, index, -1).ravel()
+
+    def merge_map(self, cl: tuple[str, ...]) -> np.ndarray | None:
+        """The oracle's ``merge`` for a marginal over ``cl``: its :meth:`cell_map` where a
+        column has merged cells, else None (measured over the release's cells)."""
+        return self.cell_map(cl) if self.merged.intersection(cl) else None
+
     def restrict(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
         """A marginal over ``cl`` in the release's domain (row-major), in the fit's."""
-        if not self.closed.intersection(cl):
-            return np.asarray(y, dtype=np.float64)
-        cube = np.asarray(y, dtype=np.float64).reshape([self.full[c] for c in cl])
-        return cube[tuple(slice(0, self.card[c]) for c in cl)].ravel()
+        y = np.asarray(y, dtype=np.float64)
+        if not (self.closed | self.merged).intersection(cl):
+            return y
+        index = self.cell_map(cl)
+        kept = index >= 0
+        return np.bincount(index[kept], weights=y[kept], minlength=self.cells(cl))
 
-    def expand(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
-        """A marginal over ``cl`` in the fit's domain, in the release's (zero null cells)."""
-        if not self.closed.intersection(cl):
+    def fitted(self, cl: tuple[str, ...], measured: np.ndarray) -> np.ndarray:
+        """A measured answer over ``cl`` (merged where :meth:`merge_map` says), in the fit's
+        domain."""
+        return np.asarray(measured, dtype=np.float64) if self.merged.intersection(cl) else (
+            self.restrict(cl, measured))  # fmt: skip
+
+    def measured(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
+        """A model marginal over ``cl`` (fit domain) in the cells a measurement of ``cl`` has
+        (:meth:`merge_map`): merged cells as they are, left-out null cells as zeros."""
+        if self.merged.intersection(cl) or not self.closed.intersection(cl):
             return y
         cube = np.zeros([self.full[c] for c in cl])
         cube[tuple(slice(0, self.card[c]) for c in cl)] = np.reshape(y, [self.card[c] for c in cl])
         return cube.ravel()
+
+    def to_release(self, c: str, codes: np.ndarray, weight: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:  # fmt: skip
+        """Fit codes of column ``c`` as release codes: a merged cell's rows get its values at
+        random in proportion to ``weight`` (the release's 1-way estimates; clipped at zero,
+        equal where none is positive)."""
+        if c not in self.merged:
+            return codes
+        m = self.maps[c]
+        out = np.empty_like(codes)
+        for f in range(self.card[c]):
+            values = np.flatnonzero(m == f)
+            rows = codes == f
+            p = np.clip(weight[values], 0.0, None)
+            p = p / p.sum() if p.sum() > 0 else None
+            out[rows] = rng.choice(values, size=int(rows.sum()), p=p)
+        return out
+
+
+def column_map(card: int, closed: bool, rare) -> np.ndarray:
+    """A column's release codes to fit codes (:class:`FitDomain`): the null cell (the last)
+    left out where ``closed``, the ``rare`` codes merged into one last cell where there are
+    two or more, the rest in their order."""
+    out = np.full(card, -1, dtype=np.int64)
+    dropped = {card - 1} if closed else set()
+    merged = sorted(set(int(r) for r in rare) - dropped)
+    if len(merged) < 2:
+        merged = []
+    kept = [k for k in range(card) if k not in dropped and k not in merged]
+    out[kept] = np.arange(len(kept))
+    out[merged] = len(kept)
+    return out
+
+
+def merge_maps(fit: FitDomain, cls: list[tuple[str, ...]]) -> list[np.ndarray | None] | None:
+    """The oracle's ``merge`` for marginals over ``cls`` (None where none has merged cells)."""
+    maps = [fit.merge_map(cl) for cl in cls]
+    return None if all(m is None for m in maps) else maps
 
 
 def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
@@ -88,7 +179,7 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
     from dpql.synth.aim.graphical import model_marginals
 
     n = s.n
-    synth = {cl: fit.expand(cl, m) / n
+    synth = {cl: fit.measured(cl, m) / n
              for cl, m in zip(s.tree_pairs, model_marginals(model, s.tree_pairs), strict=True)}
     where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
     cls: list[tuple[str, ...]] = []
@@ -98,6 +189,7 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
             [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r, phase=s.phase(0),
             label=f"spanning forest, edge {j + 1}/{s.tree}",
             penalty=[SQRT_2_OVER_PI * sigma * fit.cells(cl) for cl in pool],
+            merge=merge_maps(fit, pool),
         )  # fmt: skip
         a, b = pool[chosen[0]]
         old, new = where[a], where[b]
@@ -131,7 +223,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
         live += [c for c in sorted(s.candidates, key=cells) if c not in live]
         live = live[: max(s.k(), len(live))]
-    synth = {cl: fit.expand(cl, m) / n
+    synth = {cl: fit.measured(cl, m) / n
              for cl, m in zip(live, model_marginals(model, live), strict=True)}
     cls: list[tuple[str, ...]] = []
     # k selections one at a time, each among the candidates that share no column pair with
@@ -149,6 +241,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
             [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r,
             phase=s.phase(i), label=f"{s.phase(i)}, pick {j + 1}/{s.k()}",
             penalty=[SQRT_2_OVER_PI * sigma * cells(cl) for cl in pool],
+            merge=merge_maps(fit, pool),
         )  # fmt: skip
         cls.append(pool[chosen[0]])
     return cls
@@ -196,7 +289,9 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
     noisy = oracle.measure(ones, s.rho_init, phase="aim.init",
                            label=f"{len(ones)} one-way marginals")  # fmt: skip
     measured = [NoisyAnswer(q, y, sigma0) for q, y in zip(ones, noisy, strict=True)]
-    fit = FitDomain(dom, s.columns, complete_columns(dom, measured))
+    rare = {c: rare_cells(y, sigma0)
+            for c, y in zip(s.columns, noisy, strict=True)} if options.compress else None
+    fit = FitDomain(dom, s.columns, complete_columns(dom, measured), rare)
     mdom = Domain(list(s.columns), [fit.card[c] for c in s.columns])
     # the model learns from the 1-way answers with rare cells pooled; post-processing gets
     # them as released (``measured``)
@@ -223,17 +318,18 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         else:
             cls = _pick_round(oracle, s, i, model, rs, sigma, limit, mdom, fit)
         ys = oracle.measure([Marginal(cl) for cl in cls], rm, phase=s.phase(i),
-                            label=f"{s.phase(i)}: {cls}")  # fmt: skip
+                            label=f"{s.phase(i)}: {cls}", merge=merge_maps(fit, cls))  # fmt: skip
         for cl, y in zip(cls, ys, strict=True):
-            meas.append(LinearMeasurement(fit.restrict(cl, y) * n, cl, stddev=sigma * n))
-            measured.append(NoisyAnswer(Marginal(cl), y, sigma))
+            meas.append(LinearMeasurement(fit.fitted(cl, y) * n, cl, stddev=sigma * n))
+            if fit.merge_map(cl) is None:  # post-processing reads answers over release cells
+                measured.append(NoisyAnswer(Marginal(cl), y, sigma))
             picked.append(cl)
         last = i == len(s.rounds) - 1
         iters = options.final_iters if last and options.final_iters else options.iters
         if i == 0 and s.tree and not last:
             # the forest's model in closed form (a Bayesian network over it): no mirror
             # descent and no compile for a structure the next round's fit replaces
-            pairs = {cl: fit.restrict(cl, y) for cl, y in zip(cls, ys, strict=True)}
+            pairs = {cl: fit.fitted(cl, y) for cl, y in zip(cls, ys, strict=True)}
             model = tree_model(mdom, dict(zip(s.columns, fitted, strict=True)), pairs, n)
         else:
             model = estimate(meas, iters, model if i else None)
@@ -253,8 +349,11 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
                             sweeps=options.balance_sweeps)  # fmt: skip
     order = rng.permutation(rows)
     codes, scaled = {}, {}
+    weight = dict(zip(s.columns, noisy, strict=True))
+    if options.pool_rare:
+        weight = {c: pool_rare(np.asarray(y, dtype=np.float64), sigma0) for c, y in weight.items()}
     for c in s.columns:
-        code = np.asarray(data[c], dtype=np.int32)[order]
+        code = fit.to_release(c, np.asarray(data[c], dtype=np.int32)[order], weight[c], rng)
         column = dom[c]
         if isinstance(column, NumericColumn):  # with missing: keep, the null bin among them
             code, scaled[c] = column.decode_bins(code, rng.random(rows))
@@ -265,6 +364,8 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
         "selected": [list(c) for c in picked],
         "spanning_forest": [list(c) for c in tree],
         "fitted_without_null_cell": sorted(fit.closed),
+        "merged_rare_cells": {c: int(fit.full[c] - fit.card[c] - (c in fit.closed) + 1)
+                              for c in sorted(fit.merged)},
         "picks_per_round": [s.picks(i) for i in range(len(s.rounds))],
         "model_cliques": [list(c) for c in model.cliques],
         "fits": engines,
