@@ -449,6 +449,24 @@ def test_adaptive_measurements_must_list_their_queries(
     assert any("V016" in p and "not among the plan's candidates" in p for p in problems), problems
 
 
+def test_merged_cells_count_only_as_the_record_states_them(aim_record: Path, tmp_path: Path) -> None:
+    """An AIM release that merged rare cells measured fewer values than the full cells of its
+    picks: the record's ``merged_rare_cells`` accounts for them; changed or removed, the
+    measured counts no longer match and verify fails."""
+    aim = json.loads(aim_record.read_text(encoding="utf-8"))
+    merged = aim["synthesizer"]["merged_rare_cells"]
+    assert merged, "the fixture's release merged no rare cells"
+    column = next(iter(merged))
+    for name, value in (("gone", None), ("more", merged[column] + 1), ("text", "3")):
+        tampered = copy.deepcopy(aim)
+        if value is None:
+            del tampered["synthesizer"]["merged_rare_cells"]
+        else:
+            tampered["synthesizer"]["merged_rare_cells"][column] = value
+        problems = dpql.verify(_write(tmp_path / f"merged-{name}.json", tampered))
+        assert any("V016" in p and "its listed queries" in p for p in problems), (name, problems)
+
+
 @pytest.mark.parametrize("count", [2**63 - 1, 10**12])
 def test_a_gaussian_event_count_beyond_the_plan_fails_without_a_key(
     release: Release, tmp_path: Path, capsys, count: int

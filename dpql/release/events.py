@@ -9,7 +9,8 @@ event must match (relative tolerance :data:`REL_TOL`):
   releases: the cells of the line's queries), exactly. In an adaptive phase (one with a Gumbel
   selection, such as a RAP++ or AIM round) which queries are measured is a DP output: the record
   lists them (:func:`listed_queries`), and the Gaussian's count, L2 sensitivity and noise scale
-  must be those of the listed queries, exactly. The Gumbel selects at most the planned number
+  must be those of the listed queries, exactly (their count over AIM's merged rare cells where
+  the record states them, :func:`measured_cells`). The Gumbel selects at most the planned number
   of queries, so its scale is at most the plan's.
 * DP-SGD lines: the noise multiplier and the number of steps, and where the backend's plan
   lists its events (``plan.synth.config.events()``), the sampling rate and clip norm.
@@ -20,7 +21,7 @@ event must match (relative tolerance :data:`REL_TOL`):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,18 +146,49 @@ def listed_queries(plan: Any, synthesizer: Any) -> list[list[Any] | str] | None:
     return out
 
 
+def measured_cells(synthesizer: Any, cards: dict[str, int]) -> Callable[[Any], int]:
+    """``cells(q)``: the values a Gaussian release of ``q`` gives. AIM measures a marginal over
+    a column with merged rare cells over its fit cells (``dpql.synth.aim.program.FitDomain``):
+    the record's ``merged_rare_cells`` (release cells merged into one, per column) and
+    ``fitted_without_null_cell`` give them. A section that does not state them as such leaves
+    every query its full cells (so a count that does not match them is flagged)."""
+    from dpql.ir.queries import Marginal
+    from dpql.plan.resolve import query_cells
+
+    section = synthesizer if isinstance(synthesizer, Mapping) else {}
+    merged, closed = section.get("merged_rare_cells"), section.get("fitted_without_null_cell")
+    closed = set(closed) if isinstance(closed, list) else set()
+    if not (
+        isinstance(merged, Mapping)
+        and all(
+            c in cards and type(k) is int and 2 <= k <= cards[c] - (c in closed)
+            for c, k in merged.items()
+        )
+    ):
+        merged = {}
+    fit = {c: k - (c in closed) - merged[c] + 1 for c, k in cards.items() if c in merged}
+    fit |= {c: k - (c in closed) for c, k in cards.items() if c not in merged}
+
+    def cells(q: Any) -> int:
+        if isinstance(q, Marginal) and set(q.columns) & set(merged):
+            return math.prod(fit[c] for c in q.columns)
+        return query_cells(q, cards)
+
+    return cells
+
+
 def _listed_event(
-    line: BudgetLine, index: int, listed: list[Any] | str, cards: dict[str, int]
+    line: BudgetLine, index: int, listed: list[Any] | str, cells: Callable[[Any], int]
 ) -> PlannedEvent:
     """The adaptive Gaussian of ``line`` that measured the ``listed`` queries (a string: why
-    they are not known): its count is their cells, its L2 sensitivity theirs at the public n."""
+    they are not known): its count is their ``cells``, its L2 sensitivity theirs at the public
+    n."""
     from dpql.ir.queries import joint_l2_sensitivity
-    from dpql.plan.resolve import query_cells
 
     phase = event_phase(line)
     if isinstance(listed, str) or line.n is None:
         return PlannedEvent(line, index, phase, True, unlisted=str(listed))
-    count = sum(query_cells(q, cards) for q in listed)
+    count = sum(cells(q) for q in listed)
     l2 = joint_l2_sensitivity(listed, line.n)
     return PlannedEvent(line, index, phase, True, count=count, l2=l2)
 
@@ -169,7 +201,7 @@ def planned_events(plan: Any, synthesizer: Any = None) -> list[PlannedEvent]:
     lines: Sequence[BudgetLine] = plan.table.lines
     listed = listed_queries(plan, synthesizer)
     entries = iter(listed or [])
-    cards = {c.name: c.card for c in plan.spec.domain}
+    cells = measured_cells(synthesizer, {c.name: c.card for c in plan.spec.domain})
     selecting = {line.phase for line in lines if line.mechanism == "gumbel_top_k"}
     listed_events = getattr(backend_config(plan), "events", None)
     backend_events = list(listed_events()) if callable(listed_events) else []
@@ -182,7 +214,7 @@ def planned_events(plan: Any, synthesizer: Any = None) -> list[PlannedEvent]:
                 continue
             if adaptive and listed is not None and line.mechanism == "gaussian":
                 out.append(
-                    _listed_event(line, i, next(entries, "no selection listed for it"), cards)
+                    _listed_event(line, i, next(entries, "no selection listed for it"), cells)
                 )
                 continue
             planned = PlannedEvent(line, i, event_phase(line), adaptive, count=line.count)
