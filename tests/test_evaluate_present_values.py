@@ -74,3 +74,22 @@ def test_tstr_scores_a_table_without_a_present_label() -> None:
     empty = encode_frame(pd.DataFrame({"x": x, "y": [None] * 40}), domain).table
     s = tstr_encoded(empty, test, "y", "logistic")
     assert 0.0 <= s.accuracy <= 1.0
+
+
+def test_a_model_requirement_is_checked_over_the_rows_where_its_columns_are_present() -> None:
+    """As compile tests it (``dpql.postprocess.accept.finite_rows``): the model is fitted and
+    scored where its label and features are present, a two-valued label's F1 that of its
+    positive value (not a macro average with the null code)."""
+    domain = Domain((
+        NumericColumn("x", 0.0, 1.0, False, numeric_edges(0.0, 1.0, False, 4), nullable=True),
+        CategoricalColumn("y", ("0", "1"), nullable=True),
+    ))  # fmt: skip
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, 400)
+    y = np.where(x > 0.5, "1", "0").astype(object)
+    x[rng.random(400) < 0.2] = np.nan
+    y[rng.random(400) < 0.05] = None
+    table = encode_frame(pd.DataFrame({"x": x, "y": y}), domain).table
+    req = ModelRequirement("logistic", "y", ("x",), Tolerance(metric="f1", op=">=", bound=0.5))
+    check = check_requirement(req, table, table)
+    assert check.real > 0.9 and check.synthetic > 0.9

@@ -210,10 +210,16 @@ def _tolerance_text(t: Tolerance) -> str:
 def _model_metrics(
     req: ModelRequirement, fit: EncodedTable, evals: Sequence[EncodedTable]
 ) -> list[dict[str, float]]:
-    """Fit the requirement's model on ``fit``; all its metrics on each table of ``evals``."""
+    """Fit the requirement's model on ``fit``; all its metrics on each table of ``evals``; both
+    over the rows where the model's columns are present, as ``dpql compile`` tests it."""
+    from dpql.postprocess.accept import finite_rows
+
+    columns = (*req.features, req.label)
+    fit, evals = finite_rows(fit, columns), [finite_rows(t, columns) for t in evals]
     x = design_matrix(req.features, fit)
     if req.model == "logistic":
         y, k = _label_codes(fit, req.label)
+        k -= int(fit.domain[req.label].nullable)  # its values are the classes, not its null code
         proba = _fit_proba(_classifier("logistic", 0, []), x, y, k)
         out = []
         for t in evals:
