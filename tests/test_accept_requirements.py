@@ -12,7 +12,7 @@ import pytest
 from test_iproj_support import DOMAIN, ExactOracle
 
 from dpql.diagnostics import DiagnosticError
-from dpql.domain import EncodedTable
+from dpql.domain import Domain, EncodedTable
 from dpql.ir.exact import answer, answer_all, design_matrix
 from dpql.ir.queries import (
     CatIn,
@@ -134,6 +134,35 @@ def test_f1_is_measured_from_accuracy_and_true_positives(real, syn) -> None:
     assert res.synthetic_after == pytest.approx(f1_score(syn.codes["income"], _predict(q, syn)))
     assert res.verdict == ("pass" if exact - 2 * res.sigma > 0.2 else "inconclusive")
     assert acceptance.acceptance_queries(req, real.domain) == 2
+
+
+def test_f1_of_a_two_valued_label_with_a_null_state(real, syn) -> None:
+    """A two-valued label under ``missing: keep`` (the default; its null code a third class
+    the model never predicts) has the F1 test of a binary label, over the rows where it is
+    present."""
+    from dataclasses import replace
+
+    from sklearn.metrics import f1_score
+
+    domain = Domain(tuple(replace(c, nullable=c.name == "income") for c in real.domain))
+
+    def with_empty_labels(t: EncodedTable, seed: int) -> EncodedTable:
+        y = t.codes["income"].copy()
+        y[np.random.default_rng(seed).random(t.n) < 0.1] = domain["income"].null_code
+        return EncodedTable(domain, {**t.codes, "income": y}, dict(t.scaled))
+
+    r, s = with_empty_labels(real, 1), with_empty_labels(syn, 2)
+    req = ModelRequirement(
+        "logistic", "income", LOGIT.features, Tolerance(metric="f1", op=">=", bound=0.2)
+    )
+    q = accept.fit_model(req, accept.finite_rows(s, (*req.features, req.label)))
+    tp = accept.true_positive_query(q)
+    pred, y = _predict(q, r), r.codes["income"]
+    present = y != domain["income"].null_code
+    assert answer(tp, r)[0] == pytest.approx(np.mean((pred == 1) & (y == 1) & present))
+    (res,) = accept.accept_models([req], s, ExactOracle(r, seed=12), 20.0)
+    exact = f1_score(y[present], pred[present])
+    assert abs(res.real_noisy - exact) < 5 * res.sigma
 
 
 def _predict(q, table) -> np.ndarray:

@@ -75,7 +75,9 @@ def test_check_with_policy(spec_without_data: Path, tmp_path: Path, capsys):
     shutil.copy(POLICY, policy)
     # no ledger yet and none elsewhere: no earlier release (compile creates the ledger)
     assert main(["check", str(spec_without_data), "--policy", str(policy)]) == 0
-    assert "recorded: 0 release(s)" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "recorded: 0 release(s)" in captured.out
+    assert captured.err == ""  # a passing check prints no empty diagnostics block
     (tmp_path / "privacy-ledger.jsonl").touch()
     assert main(["check", str(spec_without_data), "--policy", str(policy)]) == 0
     assert main(["check", str(spec_without_data)]) == 0  # the policy beside the spec is found

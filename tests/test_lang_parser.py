@@ -258,6 +258,16 @@ def test_did_you_mean_hints() -> None:
     assert "'logistic'" in _only_error(parse_requirement, "logisitc(y ~ x) within 1").hint
 
 
+def test_a_name_that_needs_backquotes_is_shown_quoted() -> None:
+    """R's and SAS's column names (`flc.grp`, `sample.yr`) are not identifiers: the hint
+    writes the name in backquotes; a character on its own gets no such hint."""
+    d = _only_error(parse_requirement, 'mean(futime | flc.grp == "10") within 300')
+    assert (d.code, d.pos.col) == ("E204", 22)
+    assert "`flc.grp`" in d.hint
+    assert "`sample.yr`" in _only_error(parse_workload_item, "range(sample.yr) by death").hint
+    assert _only_error(parse_workload_item, "count(a @ 3)").hint is None
+
+
 def test_all_items_reported_at_once() -> None:
     origins = [SourcePos("r.yaml", 10, 5), SourcePos("r.yaml", 11, 5), SourcePos("r.yaml", 12, 5)]
     with pytest.raises(DiagnosticError) as info:

@@ -37,7 +37,7 @@ def report_diagnostics(
     """Print diagnostics; private data values only with ``show_values`` (``--show-values``)."""
     if fmt == "json":
         print(to_json(diagnostics, show_values))
-    else:
+    elif diagnostics:
         print(render_all(diagnostics, show_values), file=sys.stderr)
 
 

@@ -68,7 +68,7 @@ def _fit_proba(
     (classes unseen in training get 0).
 
     A training label with a single class leaves nothing to learn: predict that class, as the
-    DP-auto-GAN authors do, instead of failing.
+    DP-auto-GAN authors do, instead of failing; with no class at all, every class alike.
     """
     seen = np.unique(y)
     if seen.size > 1:
@@ -78,6 +78,8 @@ def _fit_proba(
         out = np.zeros((x_test.shape[0], k))
         if seen.size == 1:
             out[:, seen[0]] = 1.0
+        elif seen.size == 0:  # no row with the label present: no class is favoured
+            out[:] = 1.0 / k
         else:
             out[:, model.classes_] = model.predict_proba(x_test)
         return out
@@ -111,13 +113,22 @@ def _label_codes(t: EncodedTable, label: str) -> tuple[np.ndarray, int]:
     return t.codes[label], col.card
 
 
+def _label_present(t: EncodedTable, label: str) -> EncodedTable:
+    """The rows of ``t`` whose ``label`` is present: an empty label cell (``missing: keep``)
+    is no class to predict, as the logistic requirement fits over the rows where it is."""
+    null = t.domain[label].null_code
+    return t if null is None else t.take(np.flatnonzero(t.codes[label] != null))
+
+
 def tstr_encoded(
     train: EncodedTable, test: EncodedTable, label: str, model: str, seed: int = 0
 ) -> Scores:
-    """:func:`tstr_scores` on encoded tables."""
+    """:func:`tstr_scores` on encoded tables, over the rows where ``label`` is present."""
+    train, test = _label_present(train, label), _label_present(test, label)
     features = [n for n in train.domain.names if n != label]
     y, k = _label_codes(train, label)
     y_test, _ = _label_codes(test, label)
+    k -= int(train.domain[label].nullable)  # its values are the classes, not its null code
     if model == "hgb":
         # native categorical splits on the codes, what the model is built for (Adult: 14
         # inputs instead of ~100 one-hot columns)
@@ -199,10 +210,16 @@ def _tolerance_text(t: Tolerance) -> str:
 def _model_metrics(
     req: ModelRequirement, fit: EncodedTable, evals: Sequence[EncodedTable]
 ) -> list[dict[str, float]]:
-    """Fit the requirement's model on ``fit``; all its metrics on each table of ``evals``."""
+    """Fit the requirement's model on ``fit``; all its metrics on each table of ``evals``; both
+    over the rows where the model's columns are present, as ``dpql compile`` tests it."""
+    from dpql.postprocess.accept import finite_rows
+
+    columns = (*req.features, req.label)
+    fit, evals = finite_rows(fit, columns), [finite_rows(t, columns) for t in evals]
     x = design_matrix(req.features, fit)
     if req.model == "logistic":
         y, k = _label_codes(fit, req.label)
+        k -= int(fit.domain[req.label].nullable)  # its values are the classes, not its null code
         proba = _fit_proba(_classifier("logistic", 0, []), x, y, k)
         out = []
         for t in evals:

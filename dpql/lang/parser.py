@@ -248,7 +248,8 @@ def _syntax_diagnostic(
             return Diagnostic(
                 "E205", f"unterminated {what}", where, f"close it with a matching {char}"
             )
-        return Diagnostic("E204", f"unexpected character {char!r}", where)
+        return Diagnostic("E204", f"unexpected character {char!r}", where,
+                          _backquote_hint(text, e.pos_in_stream))  # fmt: skip
     if not isinstance(e, UnexpectedToken):
         raise e
     tok: Token = e.token
@@ -272,6 +273,15 @@ def _syntax_diagnostic(
 
 
 _BOUND_WORDS = {"'<'", "'<='", "'>'", "'>='"}
+
+
+def _backquote_hint(text: str, pos: int) -> str | None:
+    """Where the unexpected character at ``pos`` sits inside a word that starts like a name
+    (``flc.grp``, R's and SAS's column names), that word written in backquotes."""
+    for m in re.finditer(r"[A-Za-z_][^\s(),|~+*/<>=!\"'`\[\]{}]*", text):
+        if m.start() < pos < m.end():
+            return f"a column name that is not an identifier goes in backquotes: `{m.group()}`"
+    return None
 
 
 def _or(words: list[str]) -> str:

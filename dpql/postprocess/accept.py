@@ -179,14 +179,18 @@ def true_positive_query(q: ModelAccuracy) -> ModelAccuracy:
     The label's one-hot joins the design; on negative rows it adds ``big`` (more than any score
     gap: ``|score| <= sum |coef| + sum |intercept|`` as design entries lie in [0, 1]) to the
     positive class, so the prediction is positive and never equals y; positive rows keep the
-    model's prediction, so they count exactly when it is positive.
+    model's prediction, so they count exactly when it is positive. A two-valued label under
+    ``missing: keep`` has a third code, its null code: the model never predicts it (no row it is
+    fitted on has it), and its rows are outside the model's ``given``, so it adds nothing.
     """
     W = np.asarray(q.coef, dtype=np.float64)
     b = np.asarray(q.intercept, dtype=np.float64)
-    if W.shape[0] != 2:
+    k = W.shape[0]
+    if k not in (2, 3):  # two values, and the null code under missing: keep
         raise ValueError("f1 needs a binary label")
     big = 1.0 + 2.0 * (float(np.abs(W).sum()) + float(np.abs(b).sum()))
-    extra = np.array([[0.0, 0.0], [big, 0.0]])  # row: class; column: label code 0, 1
+    extra = np.zeros((k, k))  # row: class; column: label code
+    extra[1, 0] = big
     W2 = np.hstack([W, extra])
     return ModelAccuracy(
         "logistic",
