@@ -412,6 +412,28 @@ def test_the_forest_runs_where_its_edges_noise_is_small_against_n_whatever_the_c
     assert {(40, True, False), (40, True, True)} <= seen
 
 
+def test_the_forest_offers_pairs_that_merged_cells_make_quiet():
+    """A pair the plan leaves out of the forest's pairs (its declared cells would swamp it in
+    noise) is offered to the forest where merged rare cells leave it few enough cells."""
+    from dpql.ir.queries import Marginal
+    from dpql.synth.aim.graphical import IndependentModel
+    from dpql.synth.aim.program import FitDomain, _pick_forest
+
+    cols, cards = ("a", "b", "c"), [50, 50, 2]
+    s = _plan(cols, [Marginal(cols)], 1e-4, 50_000, cards, rounds=1, per_round=1, init_share=0.2)
+    assert s.tree == 2 and ("a", "b") not in s.tree_pairs  # 2,500 declared cells
+    card = dict(zip(cols, cards, strict=True)).get
+    rare = {"a": np.arange(2, 50), "b": np.arange(2, 50)}  # two kept cells and one merged
+    model = IndependentModel({c: np.ones(k) for c, k in zip(cols, cards, strict=True)}, 50_000)
+    offered = []
+    for merged in (None, rare):
+        oracle = _FirstOrRandomOracle(0)
+        fit = FitDomain(SimpleNamespace(card=card), cols, (), merged)
+        _pick_forest(oracle, s, model, s.rounds[0][0], s.round_sigma(0), fit)
+        offered.append(("a", "b") in oracle.pools[0])
+    assert offered == [False, True]
+
+
 def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
     from mbi import Domain
 
