@@ -383,6 +383,57 @@ def test_the_forest_takes_at_most_half_of_the_marginals_the_budget_affords():
     assert seen == {(False, False), (False, True), (True, True)}
 
 
+def test_the_forest_runs_where_its_edges_noise_is_small_against_n_whatever_the_cells():
+    """Pairs of many declared cells crowd the forest out by the budget's count of affordable
+    marginals; where each edge's noise sd is still at most 1/FOREST_SNR_MIN of n (most of
+    those cells are rare and merged), the forest runs anyway, with the adaptive picks the
+    budget affords beside it (an edge costing ``tree_weight`` of a marginal)."""
+    from dpql.ir.queries import Marginal
+    from dpql.synth.aim.plan import FOREST_SHARE_MAX, FOREST_SNR_MIN, default_schedule
+
+    cols, n = ("a", "b", "c", "d", "e"), 100_000
+    seen = set()
+    for cards in ([4] * 5, [40] * 5):
+        for rho in np.geomspace(1e-5, 1e-2, 40):
+            s = _plan(cols, [Marginal(cols)], float(rho), n, cards)
+            d = default_schedule(cards, [cards[0] ** 2] * 10, n, float(rho), 0.1, None, 26)
+            crowded = len(cols) - 1 > FOREST_SHARE_MAX * d.affordable
+            if s.tree:
+                snr = n * math.sqrt(s.rounds[0][1] / s.tree)
+                assert not crowded or snr >= FOREST_SNR_MIN, (cards, rho)
+                m = max(1, min(d.rounds * d.per_round, math.floor(d.affordable - 0.5 * s.tree)))
+                r = max(1, min(m, 3))  # the forest's round takes the first of at most 4
+                assert len(s.rounds) == 1 + r
+                assert {s.picks(i) for i in range(1, len(s.rounds))} == {max(1, round(m / r))}
+            seen.add((cards[0], crowded, bool(s.tree)))
+    # small pairs: the affordable count decides; large ones: a crowded forest runs where its
+    # edges' noise is small, and not where it is large
+    assert (4, True, True) not in seen and (4, False, True) in seen
+    assert {(40, True, False), (40, True, True)} <= seen
+
+
+def test_the_forest_offers_pairs_that_merged_cells_make_quiet():
+    """A pair the plan leaves out of the forest's pairs (its declared cells would swamp it in
+    noise) is offered to the forest where merged rare cells leave it few enough cells."""
+    from dpql.ir.queries import Marginal
+    from dpql.synth.aim.graphical import IndependentModel
+    from dpql.synth.aim.program import FitDomain, _pick_forest
+
+    cols, cards = ("a", "b", "c"), [50, 50, 2]
+    s = _plan(cols, [Marginal(cols)], 1e-4, 50_000, cards, rounds=1, per_round=1, init_share=0.2)
+    assert s.tree == 2 and ("a", "b") not in s.tree_pairs  # 2,500 declared cells
+    card = dict(zip(cols, cards, strict=True)).get
+    rare = {"a": np.arange(2, 50), "b": np.arange(2, 50)}  # two kept cells and one merged
+    model = IndependentModel({c: np.ones(k) for c, k in zip(cols, cards, strict=True)}, 50_000)
+    offered = []
+    for merged in (None, rare):
+        oracle = _FirstOrRandomOracle(0)
+        fit = FitDomain(SimpleNamespace(card=card), cols, (), merged)
+        _pick_forest(oracle, s, model, s.rounds[0][0], s.round_sigma(0), fit)
+        offered.append(("a", "b") in oracle.pools[0])
+    assert offered == [False, True]
+
+
 def test_the_forests_closed_form_model_reproduces_consistent_pair_marginals():
     from mbi import Domain
 

