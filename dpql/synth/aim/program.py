@@ -5,6 +5,8 @@ are imported when the run starts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import numpy as np
 
 from dpql.answers import NoisyAnswer
@@ -78,7 +80,7 @@ class FitDomain:
     answer before mbi sees it."""
 
     def __init__(self, dom, columns: tuple[str, ...], closed: tuple[str, ...],
-                 rare: dict[str, np.ndarray] | None = None):  # fmt: skip
+                 rare: Mapping[str, np.ndarray] | None = None):  # fmt: skip
         self.closed = frozenset(closed)
         self.full = {c: dom.card(c) for c in columns}
         rare = rare or {}
@@ -148,7 +150,7 @@ class FitDomain:
         return out
 
 
-def column_map(card: int, closed: bool, rare) -> np.ndarray:
+def column_map(card: int, closed: bool, rare: Iterable[int]) -> np.ndarray:
     """A column's release codes to fit codes (:class:`FitDomain`): the null cell (the last)
     left out where ``closed``, the ``rare`` codes merged into one last cell where there are
     two or more, the rest in their order."""
