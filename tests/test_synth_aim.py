@@ -512,8 +512,8 @@ def test_the_fit_domain_drops_the_null_cells_of_columns_shown_complete():
     assert np.array_equal(fit.restrict(("a", "b"), y), np.arange(8.0))  # a's null row dropped
     assert np.array_equal(fit.restrict(("b", "a"), y), y.reshape(4, 3)[:, :2].ravel())
     b = y[:4]  # a column not shown complete keeps its cells
-    assert np.array_equal(fit.restrict(("b",), b), b) and fit.measured(("b",), b) is b
-    back = fit.measured(("b", "a"), fit.restrict(("b", "a"), y)).reshape(4, 3)
+    assert np.array_equal(fit.restrict(("b",), b), b) and fit.as_measured(("b",), b) is b
+    back = fit.as_measured(("b", "a"), fit.restrict(("b", "a"), y)).reshape(4, 3)
     assert np.array_equal(back[:, :2], y.reshape(4, 3)[:, :2]) and not back[:, 2].any()
     assert fit.merge_map(("a", "b")) is None  # measured over the release's cells
 
@@ -541,7 +541,7 @@ def test_rare_cells_are_merged_for_the_fit_and_spread_back_by_the_one_way_answer
     cube = sums.reshape(5, 4)[:, :3]  # c's null cell left out
     assert np.array_equal(merged.reshape(3, 3), [cube[0], cube[2], cube[[1, 3, 4]].sum(0)])
     assert np.array_equal(fit.restrict(("a", "c"), sums.astype(float)), merged)
-    assert fit.fitted(("a", "c"), merged) is not None and fit.measured(("a", "c"), merged) is merged
+    assert fit.fitted(("a", "c"), merged) is not None and fit.as_measured(("a", "c"), merged) is merged
     rng = np.random.default_rng(0)
     codes = np.array([0, 1, 2] * 2000)
     back = fit.to_release("a", codes, np.array([9.0, 1.0, 9.0, 3.0, -2.0]), rng)

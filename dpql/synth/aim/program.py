@@ -103,10 +103,15 @@ class FitDomain:
             kept = kept & (m >= 0)
         return np.where(kept, index, -1).ravel()
 
+    def merges(self, cl: tuple[str, ...]) -> bool:
+        """Whether a column of ``cl`` has merged cells (a marginal over it is measured over
+        the fit's cells, else over the release's)."""
+        return bool(self.merged.intersection(cl))
+
     def merge_map(self, cl: tuple[str, ...]) -> np.ndarray | None:
-        """The oracle's ``merge`` for a marginal over ``cl``: its :meth:`cell_map` where a
-        column has merged cells, else None (measured over the release's cells)."""
-        return self.cell_map(cl) if self.merged.intersection(cl) else None
+        """The oracle's ``merge`` for a marginal over ``cl``: its :meth:`cell_map` where it
+        :meth:`merges`, else None (measured over the release's cells)."""
+        return self.cell_map(cl) if self.merges(cl) else None
 
     def restrict(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
         """A marginal over ``cl`` in the release's domain (row-major), in the fit's."""
@@ -120,13 +125,14 @@ class FitDomain:
     def fitted(self, cl: tuple[str, ...], measured: np.ndarray) -> np.ndarray:
         """A measured answer over ``cl`` (merged where :meth:`merge_map` says), in the fit's
         domain."""
-        return np.asarray(measured, dtype=np.float64) if self.merged.intersection(cl) else (
-            self.restrict(cl, measured))  # fmt: skip
+        if self.merges(cl):
+            return np.asarray(measured, dtype=np.float64)
+        return self.restrict(cl, measured)
 
-    def measured(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
+    def as_measured(self, cl: tuple[str, ...], y: np.ndarray) -> np.ndarray:
         """A model marginal over ``cl`` (fit domain) in the cells a measurement of ``cl`` has
         (:meth:`merge_map`): merged cells as they are, left-out null cells as zeros."""
-        if self.merged.intersection(cl) or not self.closed.intersection(cl):
+        if self.merges(cl) or not self.closed.intersection(cl):
             return y
         cube = np.zeros([self.full[c] for c in cl])
         cube[tuple(slice(0, self.card[c]) for c in cl)] = np.reshape(y, [self.card[c] for c in cl])
@@ -190,7 +196,7 @@ def _pick_forest(oracle, s: AimSchedule, model, rs: float, sigma: float,
         if len(cl) == 2 and cl not in s.tree_pairs
         and SQRT_2_OVER_PI * sigma * fit.cells(cl) < NOISE_L1_LIMIT
     )]  # fmt: skip
-    synth = {cl: fit.measured(cl, m) / n
+    synth = {cl: fit.as_measured(cl, m) / n
              for cl, m in zip(pairs, model_marginals(model, pairs), strict=True)}
     where = {c: i for i, c in enumerate(s.columns)}  # column -> its component's label
     cls: list[tuple[str, ...]] = []
@@ -234,7 +240,7 @@ def _pick_round(oracle, s: AimSchedule, i: int, model, rs: float, sigma: float, 
     if len(live) < s.k():  # public fallback: the smallest candidates (events are planned)
         live += [c for c in sorted(s.candidates, key=cells) if c not in live]
         live = live[: max(s.k(), len(live))]
-    synth = {cl: fit.measured(cl, m) / n
+    synth = {cl: fit.as_measured(cl, m) / n
              for cl, m in zip(live, model_marginals(model, live), strict=True)}
     cls: list[tuple[str, ...]] = []
     # k selections one at a time, each among the candidates that share no column pair with
@@ -332,7 +338,7 @@ def run(plan: SynthPlan, ctx: RunContext) -> SynthResult:
                             label=f"{s.phase(i)}: {cls}", merge=merge_maps(fit, cls))  # fmt: skip
         for cl, y in zip(cls, ys, strict=True):
             meas.append(LinearMeasurement(fit.fitted(cl, y) * n, cl, stddev=sigma * n))
-            if fit.merge_map(cl) is None:  # post-processing reads answers over release cells
+            if not fit.merges(cl):  # post-processing reads answers over release cells
                 measured.append(NoisyAnswer(Marginal(cl), y, sigma))
             picked.append(cl)
         last = i == len(s.rounds) - 1
